@@ -1,0 +1,3 @@
+module github.com/wharf/wharf
+
+go 1.26.8

@@ -1,0 +1,161 @@
+// Package runtime is the container runtime interface the server domain drives.
+// It knows nothing about panels, HTTP or server configuration: the server
+// domain turns those into a ContainerSpec. runtime/docker implements it.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// ErrNotFound is returned when the named container (or image) does not exist.
+var ErrNotFound = errors.New("runtime: not found")
+
+// Runtime runs containers. Every method is safe for concurrent use.
+type Runtime interface {
+	// EnsureImage makes the image available locally. A leading "~" means a
+	// local-only image that is never pulled. A failed pull of an image that
+	// exists locally is not an error (the caller is told through progress).
+	EnsureImage(ctx context.Context, image string, auth *RegistryAuth, progress func(line string)) error
+	// Create creates (never starts) a container from spec. An existing
+	// container with the same name is removed first.
+	Create(ctx context.Context, spec ContainerSpec) error
+	// Attach connects to the container's stdin and its combined output. It
+	// must be called before Start to see the very first output line.
+	Attach(ctx context.Context, name string) (Stream, error)
+	// Start starts a created container.
+	Start(ctx context.Context, name string) error
+	// Stop asks the container to stop (docker stop semantics) and waits up to
+	// timeout before the engine kills it; timeout < 0 waits forever.
+	Stop(ctx context.Context, name string, timeout time.Duration) error
+	// Signal sends a signal ("SIGTERM", "SIGINT", "SIGKILL", ...).
+	Signal(ctx context.Context, name string, signal string) error
+	// Wait blocks until the container is not running and returns its state.
+	Wait(ctx context.Context, name string) (State, error)
+	// Inspect returns the container state, or ErrNotFound.
+	Inspect(ctx context.Context, name string) (State, error)
+	// Stats streams resource samples until ctx ends or the container stops;
+	// the channel is closed then.
+	Stats(ctx context.Context, name string) (<-chan Stats, error)
+	// Update changes the limits of an existing container in place.
+	Update(ctx context.Context, name string, limits Limits) error
+	// Logs returns up to the last n lines of the container's log.
+	Logs(ctx context.Context, name string, n int) ([]string, error)
+	// Remove force-removes the container; a missing container is not an error.
+	Remove(ctx context.Context, name string) error
+	// EnsureNetwork creates the network when missing and reports what exists.
+	EnsureNetwork(ctx context.Context, spec NetworkSpec) (NetworkInfo, error)
+}
+
+// Stream is an attached container: its output and its stdin.
+type Stream interface {
+	io.Reader // combined stdout/stderr (TTY)
+	io.Writer // stdin
+	io.Closer
+}
+
+// RegistryAuth holds credentials for an image registry.
+type RegistryAuth struct {
+	Username string
+	Password string
+}
+
+// ContainerSpec is everything needed to create a container.
+type ContainerSpec struct {
+	Name       string // also the hostname unless Hostname is set
+	Hostname   string
+	Domainname string
+	Image      string // without a leading "~"
+	Cmd        []string
+	Entrypoint []string
+	User       string // "uid:gid" or empty for the image's user
+	Env        []string
+	Labels     map[string]string
+	Mounts     []Mount
+	Ports      []PortBinding
+	Limits     Limits
+	Tmpfs      map[string]string // path -> options
+	DNS        []string
+	Network    string // network mode / name
+	LogConfig  LogConfig
+	UsernsMode string
+	// Hardened applies no-new-privileges, a read-only root filesystem and
+	// the dropped capability set. Installers are not hardened this way.
+	Hardened bool
+}
+
+// Mount is a bind mount.
+type Mount struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// PortBinding publishes one host ip:port to the same container port.
+type PortBinding struct {
+	IP       string
+	Port     int
+	Protocol string // "tcp" or "udp"
+}
+
+// Limits are the container's resource limits. Zero means "not set".
+type Limits struct {
+	MemoryBytes            int64 // hard limit
+	MemoryReservationBytes int64
+	MemorySwapBytes        int64 // -1 = unlimited
+	CPUQuota               int64 // microseconds per CPUPeriod
+	CPUPeriod              int64
+	CPUShares              int64
+	CpusetCpus             string
+	IOWeight               uint16
+	PidsLimit              int64
+	OOMKillDisable         bool
+}
+
+// LogConfig selects the container log driver.
+type LogConfig struct {
+	Type   string
+	Config map[string]string
+}
+
+// State is what Inspect and Wait report.
+type State struct {
+	Running   bool
+	ExitCode  int
+	OOMKilled bool
+	StartedAt time.Time
+}
+
+// Stats is one resource sample.
+type Stats struct {
+	MemoryBytes      uint64
+	MemoryLimitBytes uint64
+	CPUAbsolute      float64
+	RxBytes          uint64
+	TxBytes          uint64
+}
+
+// NetworkSpec describes the node's container network.
+type NetworkSpec struct {
+	Name       string
+	Driver     string
+	BridgeName string
+	Internal   bool
+	EnableICC  bool
+	MTU        int
+	IPv4Subnet string
+	IPv4Gate   string
+	IPv6Subnet string
+	IPv6Gate   string
+	EnableIPv6 bool
+}
+
+// NetworkInfo is what exists after EnsureNetwork.
+type NetworkInfo struct {
+	Driver     string
+	IPv4Subnet string
+	IPv4Gate   string
+	Created    bool
+}
