@@ -1,0 +1,185 @@
+// Package config owns the node configuration: its schema and defaults, loading
+// from YAML, validation, atomic saving, and the live view that POST /api/update
+// changes at run time.
+//
+// YAML keys (the file) and JSON keys (the body of POST /api/update) are the
+// same snake_case names, as the spec says both have the same structure.
+package config
+
+// Config is the node configuration. A *Config obtained from a Store is shared
+// and must be treated as read-only; use Clone to change a copy.
+type Config struct {
+	Debug                    bool        `yaml:"debug" json:"debug"`
+	AppName                  string      `yaml:"app_name" json:"app_name"`
+	UUID                     string      `yaml:"uuid" json:"uuid"`
+	TokenID                  string      `yaml:"token_id" json:"token_id"`
+	Token                    string      `yaml:"token" json:"token"`
+	API                      API         `yaml:"api" json:"api"`
+	System                   System      `yaml:"system" json:"system"`
+	Docker                   Docker      `yaml:"docker" json:"docker"`
+	Throttles                Throttles   `yaml:"throttles" json:"throttles"`
+	Remote                   string      `yaml:"remote" json:"remote"`
+	RemoteQuery              RemoteQuery `yaml:"remote_query" json:"remote_query"`
+	AllowedMounts            []string    `yaml:"allowed_mounts" json:"allowed_mounts"`
+	AllowedOrigins           []string    `yaml:"allowed_origins" json:"allowed_origins"`
+	AllowCORSPrivateNetwork  bool        `yaml:"allow_cors_private_network" json:"allow_cors_private_network"`
+	IgnorePanelConfigUpdates bool        `yaml:"ignore_panel_config_updates" json:"ignore_panel_config_updates"`
+}
+
+// API holds the HTTP listener settings.
+type API struct {
+	Host                  string   `yaml:"host" json:"host"`
+	Port                  int      `yaml:"port" json:"port"`
+	SSL                   SSL      `yaml:"ssl" json:"ssl"`
+	DisableRemoteDownload bool     `yaml:"disable_remote_download" json:"disable_remote_download"`
+	UploadLimit           int64    `yaml:"upload_limit" json:"upload_limit"` // MB per uploaded file
+	TrustedProxies        []string `yaml:"trusted_proxies" json:"trusted_proxies"`
+}
+
+// SSL holds the TLS settings of the listener.
+type SSL struct {
+	Enabled bool   `yaml:"enabled" json:"enabled"`
+	Cert    string `yaml:"cert" json:"cert"`
+	Key     string `yaml:"key" json:"key"`
+}
+
+// System holds the host-side settings.
+type System struct {
+	RootDirectory          string         `yaml:"root_directory" json:"root_directory"`
+	LogDirectory           string         `yaml:"log_directory" json:"log_directory"`
+	Data                   string         `yaml:"data" json:"data"`
+	ArchiveDirectory       string         `yaml:"archive_directory" json:"archive_directory"`
+	BackupDirectory        string         `yaml:"backup_directory" json:"backup_directory"`
+	TmpDirectory           string         `yaml:"tmp_directory" json:"tmp_directory"`
+	Username               string         `yaml:"username" json:"username"`
+	Timezone               string         `yaml:"timezone" json:"timezone"`
+	User                   SystemUser     `yaml:"user" json:"user"`
+	DiskCheckInterval      int            `yaml:"disk_check_interval" json:"disk_check_interval"` // seconds
+	ActivitySendInterval   int            `yaml:"activity_send_interval" json:"activity_send_interval"`
+	ActivitySendCount      int            `yaml:"activity_send_count" json:"activity_send_count"`
+	CheckPermissionsOnBoot bool           `yaml:"check_permissions_on_boot" json:"check_permissions_on_boot"`
+	WebsocketLogCount      int            `yaml:"websocket_log_count" json:"websocket_log_count"`
+	SFTP                   SFTP           `yaml:"sftp" json:"sftp"`
+	CrashDetection         CrashDetection `yaml:"crash_detection" json:"crash_detection"`
+	Backups                Backups        `yaml:"backups" json:"backups"`
+	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
+}
+
+// SystemUser is the account that owns server files; uid/gid are filled at boot.
+type SystemUser struct {
+	Rootless Rootless `yaml:"rootless" json:"rootless"`
+	UID      int      `yaml:"uid" json:"uid"`
+	GID      int      `yaml:"gid" json:"gid"`
+}
+
+// Rootless configures rootless container mode.
+type Rootless struct {
+	Enabled      bool `yaml:"enabled" json:"enabled"`
+	ContainerUID int  `yaml:"container_uid" json:"container_uid"`
+	ContainerGID int  `yaml:"container_gid" json:"container_gid"`
+}
+
+// SFTP configures the SFTP listener.
+type SFTP struct {
+	BindAddress string `yaml:"bind_address" json:"bind_address"`
+	BindPort    int    `yaml:"bind_port" json:"bind_port"`
+	ReadOnly    bool   `yaml:"read_only" json:"read_only"`
+}
+
+// CrashDetection configures automatic restarts after a crash.
+type CrashDetection struct {
+	Enabled                bool `yaml:"enabled" json:"enabled"`
+	DetectCleanExitAsCrash bool `yaml:"detect_clean_exit_as_crash" json:"detect_clean_exit_as_crash"`
+	Timeout                int  `yaml:"timeout" json:"timeout"` // seconds
+}
+
+// Backups configures backup creation and restoration.
+type Backups struct {
+	WriteLimit           float64  `yaml:"write_limit" json:"write_limit"` // MB/s, 0 = unlimited
+	CompressionLevel     string   `yaml:"compression_level" json:"compression_level"`
+	RestoreHostAllowlist []string `yaml:"restore_host_allowlist" json:"restore_host_allowlist"`
+}
+
+// Transfers configures server transfers.
+type Transfers struct {
+	DownloadLimit int `yaml:"download_limit" json:"download_limit"`
+}
+
+// Docker configures the container runtime.
+type Docker struct {
+	Network           DockerNetwork           `yaml:"network" json:"network"`
+	Domainname        string                  `yaml:"domainname" json:"domainname"`
+	Registries        map[string]RegistryAuth `yaml:"registries" json:"registries"`
+	TmpfsSize         int                     `yaml:"tmpfs_size" json:"tmpfs_size"` // MiB
+	ContainerPidLimit int64                   `yaml:"container_pid_limit" json:"container_pid_limit"`
+	InstallerLimits   InstallerLimits         `yaml:"installer_limits" json:"installer_limits"`
+	Overhead          Overhead                `yaml:"overhead" json:"overhead"`
+	UsernsMode        string                  `yaml:"userns_mode" json:"userns_mode"`
+	LogConfig         LogConfig               `yaml:"log_config" json:"log_config"`
+}
+
+// DockerNetwork configures the node's container network.
+type DockerNetwork struct {
+	Interface  string            `yaml:"interface" json:"interface"`
+	DNS        []string          `yaml:"dns" json:"dns"`
+	Name       string            `yaml:"name" json:"name"`
+	ISPN       bool              `yaml:"ispn" json:"ispn"`
+	Driver     string            `yaml:"driver" json:"driver"`
+	Mode       string            `yaml:"network_mode" json:"network_mode"`
+	IsInternal bool              `yaml:"is_internal" json:"is_internal"`
+	EnableICC  bool              `yaml:"enable_icc" json:"enable_icc"`
+	NetworkMTU int               `yaml:"network_mtu" json:"network_mtu"`
+	Interfaces NetworkInterfaces `yaml:"interfaces" json:"interfaces"`
+	EnableIPv6 bool              `yaml:"ipv6" json:"ipv6"`
+	BridgeName string            `yaml:"bridge_name" json:"bridge_name"`
+}
+
+// NetworkInterfaces holds the v4 and v6 address plans.
+type NetworkInterfaces struct {
+	V4 Subnet `yaml:"v4" json:"v4"`
+	V6 Subnet `yaml:"v6" json:"v6"`
+}
+
+// Subnet is a subnet and its gateway.
+type Subnet struct {
+	Subnet  string `yaml:"subnet" json:"subnet"`
+	Gateway string `yaml:"gateway" json:"gateway"`
+}
+
+// RegistryAuth holds credentials for one image registry.
+type RegistryAuth struct {
+	Username string `yaml:"username" json:"username"`
+	Password string `yaml:"password" json:"password"`
+}
+
+// InstallerLimits are the minimum limits of installer containers.
+type InstallerLimits struct {
+	Memory int64 `yaml:"memory" json:"memory"` // MB
+	CPU    int64 `yaml:"cpu" json:"cpu"`       // percent
+}
+
+// Overhead configures the memory overhead multiplier.
+type Overhead struct {
+	Override          bool              `yaml:"override" json:"override"`
+	DefaultMultiplier float64           `yaml:"default_multiplier" json:"default_multiplier"`
+	Multipliers       map[int64]float64 `yaml:"multipliers" json:"multipliers"`
+}
+
+// LogConfig selects the container log driver.
+type LogConfig struct {
+	Type   string            `yaml:"type" json:"type"`
+	Config map[string]string `yaml:"config" json:"config"`
+}
+
+// Throttles configures the console output throttle.
+type Throttles struct {
+	Enabled           bool  `yaml:"enabled" json:"enabled"`
+	Lines             int   `yaml:"lines" json:"lines"`
+	LineResetInterval int64 `yaml:"line_reset_interval" json:"line_reset_interval"` // ms
+}
+
+// RemoteQuery configures calls to the backend.
+type RemoteQuery struct {
+	Timeout            int `yaml:"timeout" json:"timeout"` // seconds
+	BootServersPerPage int `yaml:"boot_servers_per_page" json:"boot_servers_per_page"`
+}

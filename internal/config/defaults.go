@@ -1,0 +1,67 @@
+package config
+
+// DefaultPath is where the configuration lives unless --config says otherwise.
+const DefaultPath = "/etc/service/config.yml"
+
+// Defaults returns a configuration holding every default value. Required
+// values (uuid, token_id, token, remote) are empty.
+func Defaults() *Config {
+	return &Config{
+		AppName: "Wharf",
+		API: API{
+			Host:        "0.0.0.0",
+			Port:        8080,
+			UploadLimit: 100,
+		},
+		System: System{
+			RootDirectory:          "/var/lib/service",
+			LogDirectory:           "/var/log/service",
+			Data:                   "/var/lib/service/volumes",
+			ArchiveDirectory:       "/var/lib/service/archives",
+			BackupDirectory:        "/var/lib/service/backups",
+			TmpDirectory:           "/tmp/service",
+			Username:               "service",
+			DiskCheckInterval:      150,
+			ActivitySendInterval:   60,
+			ActivitySendCount:      100,
+			CheckPermissionsOnBoot: true,
+			WebsocketLogCount:      150,
+			SFTP:                   SFTP{BindAddress: "0.0.0.0", BindPort: 2022},
+			CrashDetection:         CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
+			Backups:                Backups{CompressionLevel: "best_speed"},
+		},
+		Docker: Docker{
+			Network: DockerNetwork{
+				Interface:  "172.18.0.1",
+				DNS:        []string{"1.1.1.1", "1.0.0.1"},
+				Name:       "service_nw",
+				Driver:     "bridge",
+				Mode:       "service_nw",
+				EnableICC:  true,
+				NetworkMTU: 1500,
+				EnableIPv6: true,
+				BridgeName: "service0",
+				Interfaces: NetworkInterfaces{
+					V4: Subnet{Subnet: "172.18.0.0/16", Gateway: "172.18.0.1"},
+					V6: Subnet{Subnet: "fdba:17c8:6c94::/64", Gateway: "fdba:17c8:6c94::1011"},
+				},
+			},
+			Registries:        map[string]RegistryAuth{},
+			TmpfsSize:         100,
+			ContainerPidLimit: 512,
+			InstallerLimits:   InstallerLimits{Memory: 1024, CPU: 100},
+			Overhead:          Overhead{DefaultMultiplier: 1.05, Multipliers: map[int64]float64{}},
+			LogConfig: LogConfig{
+				Type: "local",
+				Config: map[string]string{
+					"compress": "false",
+					"max-file": "1",
+					"max-size": "5m",
+					"mode":     "non-blocking",
+				},
+			},
+		},
+		Throttles:   Throttles{Enabled: true, Lines: 2000, LineResetInterval: 100},
+		RemoteQuery: RemoteQuery{Timeout: 30, BootServersPerPage: 50},
+	}
+}

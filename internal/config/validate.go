@@ -1,0 +1,147 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ValidationError names the key that is wrong and why.
+type ValidationError struct {
+	Key    string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
+}
+
+// Validate checks the configuration and returns every problem found, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, reason string) { errs = append(errs, &ValidationError{Key: key, Reason: reason}) }
+
+	required := []struct{ key, val string }{
+		{"uuid", c.UUID}, {"token_id", c.TokenID}, {"token", c.Token}, {"remote", c.Remote},
+	}
+	for _, r := range required {
+		if strings.TrimSpace(r.val) == "" {
+			bad(r.key, "is required")
+		}
+	}
+	if c.Remote != "" {
+		if err := validateHTTPURL(c.Remote); err != nil {
+			bad("remote", err.Error())
+		}
+	}
+	if c.API.Port < 1 || c.API.Port > 65535 {
+		bad("api.port", fmt.Sprintf("must be between 1 and 65535, got %d", c.API.Port))
+	}
+	if c.API.Host != "" && net.ParseIP(c.API.Host) == nil && c.API.Host != "localhost" {
+		bad("api.host", "must be an IP address")
+	}
+	if c.API.UploadLimit < 1 {
+		bad("api.upload_limit", "must be at least 1 (MB)")
+	}
+	if c.API.SSL.Enabled {
+		if c.API.SSL.Cert == "" {
+			bad("api.ssl.cert", "is required when api.ssl.enabled is true")
+		}
+		if c.API.SSL.Key == "" {
+			bad("api.ssl.key", "is required when api.ssl.enabled is true")
+		}
+	}
+	for i, p := range c.API.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				bad(fmt.Sprintf("api.trusted_proxies[%d]", i), "must be an IP address or CIDR")
+			}
+		}
+	}
+	for i, o := range c.AllowedOrigins {
+		if o == "*" {
+			continue
+		}
+		if err := validateHTTPURL(o); err != nil {
+			bad(fmt.Sprintf("allowed_origins[%d]", i), err.Error())
+		}
+	}
+	dirs := []struct{ key, val string }{
+		{"system.root_directory", c.System.RootDirectory},
+		{"system.log_directory", c.System.LogDirectory},
+		{"system.data", c.System.Data},
+		{"system.archive_directory", c.System.ArchiveDirectory},
+		{"system.backup_directory", c.System.BackupDirectory},
+		{"system.tmp_directory", c.System.TmpDirectory},
+	}
+	for _, d := range dirs {
+		if !strings.HasPrefix(d.val, "/") {
+			bad(d.key, "must be an absolute path")
+		}
+	}
+	if c.System.Username == "" {
+		bad("system.username", "is required")
+	}
+	if c.System.Timezone != "" {
+		if _, err := time.LoadLocation(c.System.Timezone); err != nil {
+			bad("system.timezone", "is not a known time zone")
+		}
+	}
+	if c.System.SFTP.BindPort < 1 || c.System.SFTP.BindPort > 65535 {
+		bad("system.sftp.bind_port", "must be between 1 and 65535")
+	}
+	if c.System.WebsocketLogCount < 0 {
+		bad("system.websocket_log_count", "must not be negative")
+	}
+	if c.System.CrashDetection.Timeout < 0 {
+		bad("system.crash_detection.timeout", "must not be negative")
+	}
+	if c.System.Backups.WriteLimit < 0 {
+		bad("system.backups.write_limit", "must not be negative")
+	}
+	switch c.System.Backups.CompressionLevel {
+	case "none", "best_speed", "best_compression":
+	default:
+		bad("system.backups.compression_level", "must be one of none, best_speed, best_compression")
+	}
+	if c.RemoteQuery.Timeout < 1 {
+		bad("remote_query.timeout", "must be at least 1 (second)")
+	}
+	if c.RemoteQuery.BootServersPerPage < 1 {
+		bad("remote_query.boot_servers_per_page", "must be at least 1")
+	}
+	if c.Throttles.Lines < 1 {
+		bad("throttles.lines", "must be at least 1")
+	}
+	if c.Throttles.LineResetInterval < 1 {
+		bad("throttles.line_reset_interval", "must be at least 1 (ms)")
+	}
+	if c.Docker.ContainerPidLimit < 0 {
+		bad("docker.container_pid_limit", "must not be negative")
+	}
+	if c.Docker.TmpfsSize < 0 {
+		bad("docker.tmpfs_size", "must not be negative")
+	}
+	if c.Docker.Network.Name == "" {
+		bad("docker.network.name", "is required")
+	}
+	return errors.Join(errs...)
+}
+
+func validateHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("is not a valid URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("must be an http or https URL")
+	}
+	if u.Host == "" {
+		return errors.New("must include a host")
+	}
+	return nil
+}

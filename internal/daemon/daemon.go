@@ -1,0 +1,165 @@
+// Package daemon boots the node agent: configuration, host preparation,
+// backend client, servers, and the HTTP listener; and shuts it down.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/httpapi"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// Options configure one run of the daemon.
+type Options struct {
+	ConfigPath string
+	Debug      bool
+	Version    string
+	// BootTime is when the process started; websocket tokens issued before it are refused.
+	BootTime time.Time
+	// LogOutput receives the log; stderr when nil.
+	LogOutput *os.File
+	// Ready, when set, is called with the listener address once the API serves.
+	Ready func(addr net.Addr)
+}
+
+// shutdownGrace bounds how long in-flight requests may take at shutdown.
+const shutdownGrace = 30 * time.Second
+
+// Run boots the daemon and serves until ctx is cancelled. Containers are
+// never stopped by a daemon shutdown.
+func Run(ctx context.Context, opts Options) error {
+	cfg, err := config.Load(opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	level := new(slog.LevelVar)
+	setLevel := func(c *config.Config) {
+		if c.Debug || opts.Debug {
+			level.Set(slog.LevelDebug)
+		} else {
+			level.Set(slog.LevelInfo)
+		}
+	}
+	setLevel(cfg)
+	out := opts.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	log.Info("starting", "app", cfg.AppName, "version", opts.Version, "config", opts.ConfigPath)
+
+	store := config.NewStore(opts.ConfigPath, cfg)
+	if next, err := prepareHost(cfg, log); err != nil {
+		return err
+	} else if next != nil {
+		if err := store.Update(func(c *config.Config) { *c = *next }); err != nil {
+			return fmt.Errorf("saving boot-time configuration: %w", err)
+		}
+	}
+
+	client := panel.New(func() panel.Settings {
+		c := store.Get()
+		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second}
+	}, opts.Version)
+
+	servers := server.NewManager(log)
+	if err := loadServers(ctx, log, store, client, servers); err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if err := client.ResetServersState(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("could not tell the backend that the node booted", "error", err)
+		}
+	})
+
+	api := httpapi.New(httpapi.Deps{
+		Config: store, Panel: client, Servers: servers, Log: log,
+		Version: opts.Version, BootTime: opts.BootTime,
+		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
+	})
+	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)
+}
+
+// loadServers fetches the node's servers, retrying while the backend is
+// unreachable: a daemon that crash-loops helps nobody.
+func loadServers(ctx context.Context, log *slog.Logger, store *config.Store, client *panel.Client, servers *server.Manager) error {
+	b := backoff.NewExponentialBackOff()
+	b.MaxInterval = 30 * time.Second
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		c := store.Get()
+		err := servers.LoadFromPanel(ctx, client, c.RemoteQuery.BootServersPerPage, c.System.CrashDetection.Enabled)
+		if err != nil && ctx.Err() == nil {
+			log.Error("could not load servers from the backend; retrying", "error", err)
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, h http.Handler, ready func(net.Addr)) error {
+	addr := net.JoinHostPort(cfg.API.Host, strconv.Itoa(cfg.API.Port))
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	// Requests keep running through the shutdown grace period; whatever is
+	// still open after it (hijacked websockets) is cancelled then.
+	reqCtx, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv.BaseContext = func(net.Listener) context.Context { return reqCtx }
+	if cfg.API.SSL.Enabled {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	log.Info("API listening", "address", ln.Addr().String(), "tls", cfg.API.SSL.Enabled)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if cfg.API.SSL.Enabled {
+			errc <- srv.ServeTLS(ln, cfg.API.SSL.Cert, cfg.API.SSL.Key)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("API server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: finishing in-flight requests")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}

@@ -1,0 +1,96 @@
+// Package httpapi is the HTTP surface of the daemon: the route table, the
+// middleware and the handlers. It translates HTTP into calls on the domain
+// packages and their typed errors back into status codes, in one place.
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// Deps are the parts of the daemon the API drives.
+type Deps struct {
+	Config   *config.Store
+	Panel    *panel.Client
+	Servers  *server.Manager
+	Log      *slog.Logger
+	Version  string
+	BootTime time.Time
+	// OnConfigApplied runs after POST /api/update applied a new configuration.
+	OnConfigApplied func(old, next *config.Config)
+}
+
+// API serves the HTTP interface.
+type API struct {
+	Deps
+}
+
+// New returns the API.
+func New(d Deps) *API {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.OnConfigApplied == nil {
+		d.OnConfigApplied = func(_, _ *config.Config) {}
+	}
+	return &API{Deps: d}
+}
+
+// Handler returns the complete HTTP handler: middleware around the route table.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range a.routes() {
+		h := rt.handler
+		if rt.auth == authBearer {
+			h = a.requireBearer(h)
+		}
+		mux.Handle(rt.pattern, h)
+	}
+	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			a.unmatched(mux, w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+	var h http.Handler = dispatch
+	h = a.cors(h)
+	h = a.limitUnauthenticatedBody(h)
+	h = a.accessLog(h)
+	h = a.recoverPanics(h)
+	h = a.requestID(h)
+	return h
+}
+
+// unmatched answers requests that match no route: 405 when the path exists
+// with another method, 404 otherwise. Under /api/ the bearer token is checked
+// first, so the route table is not revealed to strangers.
+func (a *API) unmatched(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	answer := func(w http.ResponseWriter, r *http.Request) {
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := mux.Handler(probe); p != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeError(w, r, http.StatusMethodNotAllowed, "The requested method is not allowed on this endpoint.")
+			return
+		}
+		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
+	}
+	if strings.HasPrefix(r.URL.Path, "/api/") {
+		a.requireBearer(http.HandlerFunc(answer)).ServeHTTP(w, r)
+		return
+	}
+	answer(w, r)
+}

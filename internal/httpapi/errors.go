@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/wharf/wharf/internal/config"
+)
+
+// errorBody is the shape of every error answer.
+type errorBody struct {
+	Error     string `json:"error"`
+	RequestID string `json:"request_id"`
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers with {"error": msg, "request_id": id}.
+func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	writeJSON(w, status, errorBody{Error: msg, RequestID: requestIDFrom(r)})
+}
+
+// fail maps a domain error to its status code and answers. Errors that are
+// not a client's mistake are logged and answered with a generic 500.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var (
+		decodeErr *config.DecodeError
+		validErr  *config.ValidationError
+		tooLarge  *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, r, http.StatusRequestEntityTooLarge, "The request body is too large.")
+	case errors.As(err, &decodeErr):
+		writeError(w, r, http.StatusBadRequest, "The data passed in the request was not in a parsable format: "+decodeErr.Err.Error())
+	case errors.As(err, &validErr):
+		writeError(w, r, http.StatusBadRequest, err.Error())
+	default:
+		a.Log.Error("request failed", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
+		writeError(w, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
+	}
+}

@@ -1,0 +1,295 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// unauthenticatedBodyTimeout bounds how long a client that has not yet proven
+// who it is may take to send its body; authenticated handlers lift it.
+const unauthenticatedBodyTimeout = 30 * time.Second
+
+// requestIDFrom returns the request's id.
+func requestIDFrom(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey).(string)
+	return id
+}
+
+// requestID gives every request an id, sent back in X-Request-Id on every
+// response, errors included.
+func (a *API) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := uuid.NewString()
+		w.Header().Set("X-Request-Id", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// recoverPanics turns a panic in a handler into a JSON 500 instead of a
+// dropped connection, and logs it with its stack.
+func (a *API) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.Log.Error("panic in HTTP handler", "request_id", requestIDFrom(r), "path", r.URL.Path,
+				"panic", v, "stack", string(debug.Stack()))
+			if !rw.wroteHeader {
+				writeError(rw, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
+			}
+		}()
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// accessLog logs each request once it is answered. Query values that carry
+// credentials are redacted.
+func (a *API) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(rw, r)
+		status := rw.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		a.Log.Info("http request",
+			"request_id", requestIDFrom(r),
+			"method", r.Method,
+			"path", r.URL.Path,
+			"query", RedactQuery(r.URL.RawQuery),
+			"status", status,
+			"bytes", rw.bytes,
+			"duration_ms", time.Since(start).Milliseconds(),
+			"ip", a.clientIP(r),
+		)
+	})
+}
+
+// RedactQuery replaces the values of credential-carrying query keys.
+func RedactQuery(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	values, err := url.ParseQuery(raw)
+	if err != nil {
+		return "[unparsable query redacted]"
+	}
+	for k := range values {
+		switch strings.ToLower(k) {
+		case "token", "jwt", "access_token", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token":
+			values[k] = []string{"REDACTED"}
+		}
+	}
+	return values.Encode()
+}
+
+// limitUnauthenticatedBody gives the client a bounded time to send its body
+// until a handler has authenticated it (liftBodyDeadline).
+func (a *API) limitUnauthenticatedBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(unauthenticatedBodyTimeout))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// liftBodyDeadline removes the read deadline once the caller is
+// authenticated: uploads, transfers and websockets may take as long as they need.
+func liftBodyDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+}
+
+// requireBearer checks "Authorization: Bearer <node token>": a missing or
+// malformed header is 401 with WWW-Authenticate, a wrong token 403.
+func (a *API) requireBearer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || scheme != "Bearer" || token == "" {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
+			return
+		}
+		// Hashing first makes the comparison constant-time in the length too.
+		got := sha256.Sum256([]byte(token))
+		want := sha256.Sum256([]byte(a.Config.Get().Token))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			writeError(w, r, http.StatusForbidden, "You are not authorized to access this endpoint.")
+			return
+		}
+		liftBodyDeadline(w)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cors answers preflights without authentication and sets the CORS headers
+// for the backend's origin and each allowed origin. Credentials are allowed,
+// so the origin is always echoed, never "*".
+func (a *API) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cfg := a.Config.Get()
+		panelOrigin := originOf(cfg.Remote)
+		allow := panelOrigin
+		if o := r.Header.Get("Origin"); o != "" && o != panelOrigin {
+			allow = ""
+			for _, ao := range cfg.AllowedOrigins {
+				if ao == "*" || strings.TrimRight(ao, "/") == o {
+					allow = o
+					break
+				}
+			}
+		}
+		h := w.Header()
+		h.Add("Vary", "Origin")
+		if allow != "" {
+			h.Set("Access-Control-Allow-Origin", allow)
+			h.Set("Access-Control-Allow-Credentials", "true")
+		}
+		if r.Method == http.MethodOptions {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, PUT, DELETE, OPTIONS")
+			h.Set("Access-Control-Allow-Headers", "Accept, Accept-Encoding, Authorization, Cache-Control, Content-Type, Content-Length, Origin, X-Real-IP, X-CSRF-Token")
+			h.Set("Access-Control-Max-Age", "7200")
+			if cfg.AllowCORSPrivateNetwork {
+				h.Set("Access-Control-Allow-Private-Network", "true")
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// OriginAllowed reports whether a browser Origin may talk to this node: the
+// backend's own origin or one of allowed_origins.
+func (a *API) OriginAllowed(origin string) bool {
+	cfg := a.Config.Get()
+	if origin == originOf(cfg.Remote) {
+		return true
+	}
+	for _, ao := range cfg.AllowedOrigins {
+		if ao == "*" || strings.TrimRight(ao, "/") == origin {
+			return true
+		}
+	}
+	return false
+}
+
+func originOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// clientIP is the remote address, or the first untrusted address of
+// X-Forwarded-For (walking from the right) when the peer is a trusted proxy.
+func (a *API) clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	peer, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	proxies := parseProxies(a.Config.Get().API.TrustedProxies)
+	if !trusted(peer, proxies) {
+		return peer.Unmap().String()
+	}
+	hops := strings.Split(r.Header.Get("X-Forwarded-For"), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		ip, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if !trusted(ip, proxies) {
+			return ip.Unmap().String()
+		}
+	}
+	return peer.Unmap().String()
+}
+
+func parseProxies(list []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, p := range list {
+		if pfx, err := netip.ParsePrefix(p); err == nil {
+			out = append(out, pfx)
+		} else if ip, err := netip.ParseAddr(p); err == nil {
+			out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+	}
+	return out
+}
+
+func trusted(ip netip.Addr, proxies []netip.Prefix) bool {
+	ip = ip.Unmap()
+	for _, p := range proxies {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// statusWriter records the status and size of a response. It keeps the
+// optional interfaces reachable through Unwrap (ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	bytes       int64
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status = code
+		w.wroteHeader = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush lets streaming handlers flush through the wrapper.
+func (w *statusWriter) Flush() {
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack lets websocket upgrades through the wrapper.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if !w.wroteHeader {
+		w.status = http.StatusSwitchingProtocols
+		w.wroteHeader = true
+	}
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}

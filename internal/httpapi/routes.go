@@ -1,0 +1,34 @@
+package httpapi
+
+import "net/http"
+
+type authKind int
+
+const (
+	// authBearer: the node token in "Authorization: Bearer <token>".
+	authBearer authKind = iota
+	// authSelf: the handler authenticates the request itself (JWT in the
+	// query, in the Authorization header or in the first websocket message).
+	authSelf
+)
+
+type route struct {
+	pattern string
+	auth    authKind
+	handler http.Handler
+}
+
+// routes is the whole HTTP interface of the daemon. Everything under /api/
+// that is not listed here also requires the bearer token before it is
+// answered with 404 or 405.
+func (a *API) routes() []route {
+	return []route{
+		// Node
+		{"GET /api/system", authBearer, http.HandlerFunc(a.getSystem)},
+		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
+		{"GET /api/servers", authBearer, http.HandlerFunc(a.listServers)},
+
+		// Server lifecycle
+		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
+	}
+}

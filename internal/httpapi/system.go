@@ -1,0 +1,59 @@
+package httpapi
+
+import (
+	"net/http"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxUpdateBody bounds POST /api/update; panels send a few KiB.
+const maxUpdateBody = 16 << 20
+
+type systemInfo struct {
+	Architecture  string `json:"architecture"`
+	CPUCount      int    `json:"cpu_count"`
+	KernelVersion string `json:"kernel_version"`
+	OS            string `json:"os"`
+	Version       string `json:"version"`
+}
+
+func (a *API) getSystem(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, systemInfo{
+		Architecture:  runtime.GOARCH,
+		CPUCount:      runtime.NumCPU(),
+		KernelVersion: kernelVersion(),
+		OS:            runtime.GOOS,
+		Version:       a.Version,
+	})
+}
+
+func kernelVersion() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return strings.TrimRight(string(u.Release[:]), "\x00")
+}
+
+type updateResponse struct {
+	Applied bool `json:"applied"`
+}
+
+func (a *API) postUpdate(w http.ResponseWriter, r *http.Request) {
+	old := a.Config.Get()
+	res, err := a.Config.ApplyPanelUpdate(http.MaxBytesReader(w, r.Body, maxUpdateBody))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if res.Applied {
+		next := a.Config.Get()
+		a.Log.Info("configuration updated by the backend", "kept_local_keys", res.Kept, "restart_needed_for", res.NeedsRestart)
+		a.OnConfigApplied(old, next)
+	} else {
+		a.Log.Info("configuration update from the backend ignored (ignore_panel_config_updates)")
+	}
+	writeJSON(w, http.StatusOK, updateResponse{Applied: res.Applied})
+}
