@@ -9,3 +9,5 @@ require (
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/google/go-cmp v0.7.0 // indirect

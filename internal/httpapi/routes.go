@@ -7,9 +7,6 @@ type authKind int
 const (
 	// authBearer: the node token in "Authorization: Bearer <token>".
 	authBearer authKind = iota
-	// authSelf: the handler authenticates the request itself (JWT in the
-	// query, in the Authorization header or in the first websocket message).
-	authSelf
 )
 
 type route struct {

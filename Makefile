@@ -1,0 +1,29 @@
+# Wharf: build, test, lint, benchmark, run in dev mode.
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+# Tests share one Docker engine and a 2-core machine: keep package parallelism low.
+TESTFLAGS ?= -race -p 2 -timeout 25m
+
+.PHONY: build test lint bench dev clean
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/wharf ./cmd/wharf
+
+test:
+	$(GO) test $(TESTFLAGS) ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	staticcheck ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -p 1 -timeout 60m ./...
+
+dev:
+	$(GO) run ./cmd/wharf dev
+
+clean:
+	rm -rf bin .wharf-dev

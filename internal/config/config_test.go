@@ -1,0 +1,126 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func validConfig() *Config {
+	c := Defaults()
+	c.UUID = "0b8f6b7e-9f59-4bd2-8a43-5d0b1fe7c6a1"
+	c.TokenID = "abc"
+	c.Token = "secret-token"
+	c.Remote = "https://panel.example.com"
+	return c
+}
+
+func TestDefaultsFillAbsentKeys(t *testing.T) {
+	c, err := Parse([]byte("uuid: u\ntoken_id: t\ntoken: x\nremote: https://p.example\napi:\n  port: 9090\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.API.Port != 9090 {
+		t.Errorf("api.port = %d, want 9090", c.API.Port)
+	}
+	checks := map[string][2]any{
+		"api.host":                           {c.API.Host, "0.0.0.0"},
+		"api.upload_limit":                   {c.API.UploadLimit, int64(100)},
+		"system.root_directory":              {c.System.RootDirectory, "/var/lib/service"},
+		"system.data":                        {c.System.Data, "/var/lib/service/volumes"},
+		"system.backup_directory":            {c.System.BackupDirectory, "/var/lib/service/backups"},
+		"system.tmp_directory":               {c.System.TmpDirectory, "/tmp/service"},
+		"system.username":                    {c.System.Username, "service"},
+		"system.websocket_log_count":         {c.System.WebsocketLogCount, 150},
+		"system.crash_detection.timeout":     {c.System.CrashDetection.Timeout, 60},
+		"docker.network.name":                {c.Docker.Network.Name, "service_nw"},
+		"docker.container_pid_limit":         {c.Docker.ContainerPidLimit, int64(512)},
+		"docker.installer_limits.memory":     {c.Docker.InstallerLimits.Memory, int64(1024)},
+		"throttles.lines":                    {c.Throttles.Lines, 2000},
+		"remote_query.timeout":               {c.RemoteQuery.Timeout, 30},
+		"remote_query.boot_servers_per_page": {c.RemoteQuery.BootServersPerPage, 50},
+		"app_name":                           {c.AppName, "Wharf"},
+	}
+	for key, v := range checks {
+		if v[0] != v[1] {
+			t.Errorf("%s = %v, want %v", key, v[0], v[1])
+		}
+	}
+}
+
+func TestValidationNamesTheKey(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(c *Config)
+		wantKey string
+	}{
+		{"missing uuid", func(c *Config) { c.UUID = "" }, "uuid"},
+		{"missing token_id", func(c *Config) { c.TokenID = "" }, "token_id"},
+		{"missing token", func(c *Config) { c.Token = "" }, "token"},
+		{"missing remote", func(c *Config) { c.Remote = "" }, "remote"},
+		{"malformed remote", func(c *Config) { c.Remote = "panel.example.com" }, "remote"},
+		{"ftp remote", func(c *Config) { c.Remote = "ftp://panel.example.com" }, "remote"},
+		{"port zero", func(c *Config) { c.API.Port = 0 }, "api.port"},
+		{"port too large", func(c *Config) { c.API.Port = 70000 }, "api.port"},
+		{"bad host", func(c *Config) { c.API.Host = "not an ip" }, "api.host"},
+		{"ssl without cert", func(c *Config) { c.API.SSL.Enabled = true; c.API.SSL.Key = "/k" }, "api.ssl.cert"},
+		{"relative data dir", func(c *Config) { c.System.Data = "volumes" }, "system.data"},
+		{"bad proxy", func(c *Config) { c.API.TrustedProxies = []string{"nope"} }, "api.trusted_proxies[0]"},
+		{"bad timezone", func(c *Config) { c.System.Timezone = "Mars/Olympus" }, "system.timezone"},
+		{"bad compression", func(c *Config) { c.System.Backups.CompressionLevel = "max" }, "system.backups.compression_level"},
+		{"zero timeout", func(c *Config) { c.RemoteQuery.Timeout = 0 }, "remote_query.timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.mutate(c)
+			err := c.Validate()
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Validate() = %v, want a ValidationError", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantKey+":") {
+				t.Fatalf("error %q does not name %s", err, tt.wantKey)
+			}
+		})
+	}
+	if err := validConfig().Validate(); err != nil {
+		t.Fatalf("a valid configuration fails: %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yml"))
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestSaveRoundTripAndMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yml")
+	c := validConfig()
+	c.AllowedOrigins = []string{"https://a.example"}
+	c.Docker.Overhead.Multipliers = map[int64]float64{2048: 1.2}
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %o, want 600", st.Mode().Perm())
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(c, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("round trip differs (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,223 @@
+// Package e2e drives the real wharf binary over HTTP, as the panel and a
+// browser would, against the in-repo fake panel (internal/devpanel).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
+)
+
+var wharfBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wharf-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wharfBinary = filepath.Join(dir, "wharf")
+	build := exec.Command("go", "build", "-o", wharfBinary, "github.com/wharf/wharf/cmd/wharf")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building wharf:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// node is one running wharf daemon with its fake panel.
+type node struct {
+	t       *testing.T
+	URL     string
+	Token   string
+	Config  *config.Config
+	CfgPath string
+	Panel   *devpanel.Panel
+	cmd     *exec.Cmd
+	log     *syncBuffer
+	exited  chan struct{}
+	exitErr error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type nodeOptions struct {
+	mutate  func(c *config.Config)
+	servers []devpanel.Server
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startNode writes a config, starts the fake panel and the daemon, and waits
+// until the API answers. The daemon is stopped with SIGTERM at cleanup and
+// must exit 0.
+func startNode(t *testing.T, opts nodeOptions) *node {
+	t.Helper()
+	dir := t.TempDir()
+	const tokenID, token = "e2etokenid", "e2e-node-token-7f3c9a1b5d"
+	panel := devpanel.New(tokenID, token)
+	for _, s := range opts.servers {
+		panel.PutServer(s)
+	}
+	panelSrv := httptest.NewServer(panel.Handler())
+	t.Cleanup(panelSrv.Close)
+
+	c := config.Defaults()
+	c.UUID = "6f1a2b3c-4d5e-4f60-8a71-92b3c4d5e6f7"
+	c.TokenID, c.Token = tokenID, token
+	c.Remote = panelSrv.URL
+	c.API.Host = "127.0.0.1"
+	c.API.Port = freePort(t)
+	c.System.RootDirectory = filepath.Join(dir, "lib")
+	c.System.Data = filepath.Join(dir, "lib", "volumes")
+	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
+	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
+	c.System.LogDirectory = filepath.Join(dir, "log")
+	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	c.System.Username = "root"
+	if opts.mutate != nil {
+		opts.mutate(c)
+	}
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := c.Save(cfgPath); err != nil {
+		t.Fatal(err)
+	}
+
+	n := &node{
+		t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", c.API.Port), Token: token, Config: c,
+		CfgPath: cfgPath, Panel: panel, log: &syncBuffer{}, exited: make(chan struct{}),
+	}
+	n.cmd = exec.Command(wharfBinary, "--config", cfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n.exitErr = n.cmd.Wait(); close(n.exited) }()
+	t.Cleanup(n.stop)
+	n.waitReady()
+	return n
+}
+
+func (n *node) waitReady() {
+	n.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.exited:
+			n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
+		default:
+		}
+		res, err := http.Get(n.URL + "/api/system")
+		if err == nil {
+			res.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.t.Fatalf("wharf did not answer within 30s\n%s", n.log)
+}
+
+func (n *node) stop() {
+	select {
+	case <-n.exited:
+		return
+	default:
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+		if n.exitErr != nil {
+			n.t.Errorf("wharf did not exit cleanly on SIGTERM: %v\n%s", n.exitErr, n.log)
+		}
+	case <-time.After(40 * time.Second):
+		_ = n.cmd.Process.Kill()
+		n.t.Errorf("wharf did not stop within 40s of SIGTERM\n%s", n.log)
+	}
+}
+
+// request sends a request with the node token unless auth overrides it ("-" = none).
+func (n *node) request(method, path string, body any, auth string) (*http.Response, []byte) {
+	n.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	switch auth {
+	case "":
+		req.Header.Set("Authorization", "Bearer "+n.Token)
+	case "-":
+	default:
+		req.Header.Set("Authorization", auth)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		n.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	data, err := io.ReadAll(res.Body)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return res, data
+}
