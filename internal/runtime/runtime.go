@@ -13,6 +13,10 @@ import (
 // ErrNotFound is returned when the named container (or image) does not exist.
 var ErrNotFound = errors.New("runtime: not found")
 
+// ErrNotRunning is returned by Signal when the container exists but is not
+// running (it exited between the caller's check and the signal).
+var ErrNotRunning = errors.New("runtime: container not running")
+
 // Runtime runs containers. Every method is safe for concurrent use.
 type Runtime interface {
 	// EnsureImage makes the image available locally. A leading "~" means a
@@ -30,7 +34,8 @@ type Runtime interface {
 	// Stop asks the container to stop (docker stop semantics) and waits up to
 	// timeout before the engine kills it; timeout < 0 waits forever.
 	Stop(ctx context.Context, name string, timeout time.Duration) error
-	// Signal sends a signal ("SIGTERM", "SIGINT", "SIGKILL", ...).
+	// Signal sends a signal ("SIGTERM", "SIGINT", "SIGABRT", "SIGKILL", ...).
+	// A container that is not running gives ErrNotRunning.
 	Signal(ctx context.Context, name string, signal string) error
 	// Wait blocks until the container is not running and returns its state.
 	Wait(ctx context.Context, name string) (State, error)
