@@ -152,7 +152,7 @@ func applyFile(fsys FS, f *File, vars Vars, logger *slog.Logger) error {
 		return ErrFileTooLarge
 	}
 
-	out, changed, errs, fatal := rw(data, rules)
+	out, changed, errs, fatal := runRewriter(rw, data, rules)
 	ruleErrs = append(ruleErrs, errs...)
 	for _, re := range ruleErrs {
 		logger.Warn("egg config: replacement not applied", "file", f.File, "parser", f.Parser, "error", re)
@@ -166,4 +166,15 @@ func applyFile(fsys FS, f *File, vars Vars, logger *slog.Logger) error {
 		}
 	}
 	return errors.Join(ruleErrs...)
+}
+
+// runRewriter calls rw, turning a panic (a parser library bug on some input) into an error for
+// this file, so that it can never take the agent down in a server's start sequence.
+func runRewriter(rw rewriter, data []byte, rules []rule) (out []byte, changed bool, errs []error, fatal error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, changed, errs, fatal = nil, false, nil, fmt.Errorf("rewriter panic: %v", p)
+		}
+	}()
+	return rw(data, rules)
 }

@@ -358,3 +358,10 @@ func TestDeepNesting(t *testing.T) {
 		}
 	}
 }
+
+func TestYAMLCommentOnlyFileKeepsComments(t *testing.T) {
+	out, _, _, fatal := rewriteYAML([]byte("# managed by the egg\n"), mustRules(t, rw("a.b", 1)))
+	if fatal != nil || string(out) != "# managed by the egg\na:\n  b: 1\n" {
+		t.Errorf("got %q, %v", out, fatal)
+	}
+}

@@ -25,8 +25,15 @@ func rewriteYAML(data []byte, rules []rule) ([]byte, bool, []error, error) {
 		}
 		docs = append(docs, d)
 	}
+	var keep []byte // a file with no document holds only comments: keep them in front
 	if len(docs) == 0 {
 		docs = append(docs, &yaml.Node{Kind: yaml.DocumentNode})
+		if len(bytes.TrimSpace(data)) > 0 {
+			keep = data
+			if !bytes.HasSuffix(keep, []byte("\n")) {
+				keep = append(keep[:len(keep):len(keep)], '\n')
+			}
+		}
 	}
 	doc := docs[0]
 	if len(doc.Content) == 0 {
@@ -47,6 +54,7 @@ func rewriteYAML(data []byte, rules []rule) ([]byte, bool, []error, error) {
 		return data, false, ruleErrs, nil
 	}
 	var buf bytes.Buffer
+	buf.Write(keep)
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(yamlIndent(data))
 	if yamlCompactSeq(data) {
