@@ -1,0 +1,387 @@
+package docker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// hardenedCapDrop is the capability set dropped from hardened containers
+// (Wings' list plus sys_ptrace, as Pelican).
+var hardenedCapDrop = []string{
+	"setpcap", "mknod", "audit_write", "net_raw", "dac_override", "fowner",
+	"fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
+}
+
+// Create removes any container named spec.Name, then creates (never starts)
+// a new one from spec.
+func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error {
+	if spec.Name == "" || spec.Image == "" {
+		return errors.New("docker: create: container name and image are required")
+	}
+	if err := r.Remove(ctx, spec.Name); err != nil {
+		return err
+	}
+	cfg, hostCfg, err := containerConfig(spec)
+	if err != nil {
+		return fmt.Errorf("docker: create %s: %w", spec.Name, err)
+	}
+	var netCfg *network.NetworkingConfig
+	resp, err := r.cli.ContainerCreate(ctx, cfg, hostCfg, netCfg, nil, spec.Name)
+	if err != nil {
+		return wrap("create", spec.Name, err)
+	}
+	for _, w := range resp.Warnings {
+		r.log.Warn("engine warning on container create", "container", spec.Name, "warning", w)
+	}
+	return nil
+}
+
+// containerConfig maps a ContainerSpec onto the engine's create request.
+func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.HostConfig, error) {
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.Name
+	}
+	exposed := nat.PortSet{}
+	bindings := nat.PortMap{}
+	for _, p := range spec.Ports {
+		proto := strings.ToLower(p.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		if proto != "tcp" && proto != "udp" {
+			return nil, nil, fmt.Errorf("port %d: protocol %q is not tcp or udp", p.Port, p.Protocol)
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, nil, fmt.Errorf("port %d out of range", p.Port)
+		}
+		port, err := nat.NewPort(proto, strconv.Itoa(p.Port))
+		if err != nil {
+			return nil, nil, err
+		}
+		exposed[port] = struct{}{}
+		b := nat.PortBinding{HostIP: p.IP, HostPort: strconv.Itoa(p.Port)}
+		dup := false
+		for _, have := range bindings[port] {
+			dup = dup || have == b
+		}
+		if !dup {
+			bindings[port] = append(bindings[port], b)
+		}
+	}
+
+	cfg := &container.Config{
+		Hostname:     hostname,
+		Domainname:   spec.Domainname,
+		User:         spec.User,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Tty:          true,
+		OpenStdin:    true,
+		StdinOnce:    false,
+		Env:          spec.Env,
+		Cmd:          spec.Cmd,
+		Entrypoint:   spec.Entrypoint,
+		Image:        spec.Image,
+		Labels:       spec.Labels,
+	}
+	if len(exposed) > 0 {
+		cfg.ExposedPorts = exposed
+	}
+
+	mounts := make([]mount.Mount, 0, len(spec.Mounts))
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+
+	hostCfg := &container.HostConfig{
+		PortBindings: bindings,
+		Mounts:       mounts,
+		Tmpfs:        spec.Tmpfs,
+		DNS:          spec.DNS,
+		NetworkMode:  container.NetworkMode(spec.Network),
+		UsernsMode:   container.UsernsMode(spec.UsernsMode),
+		Resources:    resources(spec.Limits, false),
+	}
+	if spec.LogConfig.Type != "" {
+		hostCfg.LogConfig = container.LogConfig{Type: spec.LogConfig.Type, Config: spec.LogConfig.Config}
+	}
+	if spec.Hardened {
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
+		hostCfg.ReadonlyRootfs = true
+		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
+	}
+	return cfg, hostCfg, nil
+}
+
+// resources maps Limits onto the engine's resources. For an update, zero
+// values are left out so that the engine keeps the current setting.
+func resources(l runtime.Limits, update bool) container.Resources {
+	res := container.Resources{
+		Memory:            l.MemoryBytes,
+		MemoryReservation: l.MemoryReservationBytes,
+		MemorySwap:        l.MemorySwapBytes,
+		CPUQuota:          l.CPUQuota,
+		CPUPeriod:         l.CPUPeriod,
+		CPUShares:         l.CPUShares,
+		CpusetCpus:        l.CpusetCpus,
+		// Zero means "not set". An engine or kernel without block-IO weight
+		// support discards the value with a warning rather than failing.
+		BlkioWeight: l.IOWeight,
+	}
+	if l.PidsLimit != 0 {
+		pids := l.PidsLimit
+		res.PidsLimit = &pids
+	}
+	if !update {
+		oom := l.OOMKillDisable
+		res.OomKillDisable = &oom
+	}
+	return res
+}
+
+// Update changes the limits of an existing container in place. Zero fields
+// are left unchanged; the OOM-killer setting cannot change live.
+func (r *Runtime) Update(ctx context.Context, name string, limits runtime.Limits) error {
+	resp, err := r.cli.ContainerUpdate(ctx, name, container.UpdateConfig{Resources: resources(limits, true)})
+	if err != nil {
+		return wrap("update", name, err)
+	}
+	for _, w := range resp.Warnings {
+		r.log.Warn("engine warning on container update", "container", name, "warning", w)
+	}
+	return nil
+}
+
+// stream is an attached container: a hijacked connection whose reads are
+// the container's combined TTY output and whose writes go to its stdin.
+type stream struct {
+	conn  io.Writer
+	r     *bufio.Reader
+	close func()
+	once  sync.Once
+	stop  func() bool
+}
+
+func (s *stream) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s *stream) Write(p []byte) (int, error) { return s.conn.Write(p) }
+
+// Close closes the connection; the container keeps running.
+func (s *stream) Close() error {
+	s.once.Do(func() {
+		s.stop()
+		s.close()
+	})
+	return nil
+}
+
+// Attach connects to the container's stdin and combined output. The stream
+// ends (io.EOF) when the container stops, and is closed when ctx ends.
+func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, error) {
+	hr, err := r.cli.ContainerAttach(ctx, name, container.AttachOptions{
+		Stream: true,
+		Stdin:  true,
+		Stdout: true,
+		Stderr: true,
+	})
+	if err != nil {
+		// A hijack failure does not carry a typed status: ask again.
+		if _, ierr := r.cli.ContainerInspect(ctx, name); cerrdefs.IsNotFound(ierr) {
+			return nil, wrap("attach", name, ierr)
+		}
+		return nil, wrap("attach", name, err)
+	}
+	s := &stream{conn: hr.Conn, r: hr.Reader, close: hr.Close}
+	s.stop = context.AfterFunc(ctx, func() { hr.Close() })
+	return s, nil
+}
+
+// Start starts a created container.
+func (r *Runtime) Start(ctx context.Context, name string) error {
+	return wrap("start", name, r.cli.ContainerStart(ctx, name, container.StartOptions{}))
+}
+
+// Stop sends the container's stop signal and lets the engine kill it after
+// timeout (rounded up to whole seconds; < 0 waits forever). Stopping a
+// container that is not running is not an error.
+func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) error {
+	secs := -1
+	if timeout >= 0 {
+		secs = int(math.Ceil(timeout.Seconds()))
+	}
+	return wrap("stop", name, r.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &secs}))
+}
+
+// signals are the names accepted by Signal, in Docker's spelling.
+var signals = map[string]bool{
+	"SIGTERM": true, "SIGINT": true, "SIGABRT": true, "SIGKILL": true,
+	"SIGHUP": true, "SIGQUIT": true, "SIGUSR1": true, "SIGUSR2": true,
+}
+
+// signalName normalises "sigterm", "TERM", "SIGTERM" to "SIGTERM".
+func signalName(sig string) (string, error) {
+	s := strings.ToUpper(strings.TrimSpace(sig))
+	if !strings.HasPrefix(s, "SIG") {
+		s = "SIG" + s
+	}
+	if !signals[s] {
+		return "", fmt.Errorf("docker: unsupported signal %q", sig)
+	}
+	return s, nil
+}
+
+// Signal sends a signal to the container's main process.
+func (r *Runtime) Signal(ctx context.Context, name string, sig string) error {
+	s, err := signalName(sig)
+	if err != nil {
+		return err
+	}
+	err = r.cli.ContainerKill(ctx, name, s)
+	if err == nil {
+		return nil
+	}
+	err = wrap("signal", name, err)
+	if !errors.Is(err, runtime.ErrNotFound) && isNotRunning(err) {
+		return fmt.Errorf("%w: %w", runtime.ErrNotRunning, err)
+	}
+	return err
+}
+
+// Wait blocks until the container is not running, then reports its state.
+// A container that was created but never started is "not running" too.
+func (r *Runtime) Wait(ctx context.Context, name string) (runtime.State, error) {
+	okC, errC := r.cli.ContainerWait(ctx, name, container.WaitConditionNotRunning)
+	select {
+	case <-okC:
+	case err := <-errC:
+		if err != nil {
+			return runtime.State{}, wrap("wait", name, err)
+		}
+	case <-ctx.Done():
+		return runtime.State{}, ctx.Err()
+	}
+	return r.Inspect(ctx, name)
+}
+
+// Inspect returns the container's state, or runtime.ErrNotFound.
+func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, error) {
+	info, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return runtime.State{}, wrap("inspect", name, err)
+	}
+	var st runtime.State
+	if info.State != nil {
+		st.Running = info.State.Running
+		st.ExitCode = info.State.ExitCode
+		st.OOMKilled = info.State.OOMKilled
+		if t, err := time.Parse(time.RFC3339Nano, info.State.StartedAt); err == nil && t.Year() > 1 {
+			st.StartedAt = t
+		}
+	}
+	return st, nil
+}
+
+// Remove force-removes the container and its anonymous volumes. A missing
+// container is not an error.
+func (r *Runtime) Remove(ctx context.Context, name string) error {
+	err := r.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return wrap("remove", name, err)
+	}
+	return nil
+}
+
+// maxLogLine bounds one line returned by Logs; the rest of a longer line
+// is dropped.
+const maxLogLine = 64 << 10
+
+// Logs returns up to the last n lines of the container's log (stdout and
+// stderr), without trailing "\r".
+func (r *Runtime) Logs(ctx context.Context, name string, n int) ([]string, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	info, err := r.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		return nil, wrap("logs", name, err)
+	}
+	rc, err := r.cli.ContainerLogs(ctx, name, container.LogsOptions{
+		ShowStdout: true,
+		ShowStderr: true,
+		Tail:       strconv.Itoa(n),
+	})
+	if err != nil {
+		return nil, wrap("logs", name, err)
+	}
+	defer rc.Close()
+
+	var src io.Reader = rc
+	if info.Config == nil || !info.Config.Tty {
+		// Without a TTY the log is multiplexed (stdout/stderr frames).
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := stdcopy.StdCopy(pw, pw, rc)
+			pw.CloseWithError(err)
+		}()
+		defer pr.Close()
+		src = pr
+	}
+	lines, err := splitLines(src, maxLogLine)
+	if err != nil {
+		return nil, wrap("logs", name, err)
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines, nil
+}
+
+// splitLines reads r to the end and returns its lines, each cut to at most
+// max bytes and stripped of a trailing "\r".
+func splitLines(r io.Reader, max int) ([]string, error) {
+	br := bufio.NewReaderSize(r, 32<<10)
+	var lines []string
+	var cur []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if room := max - len(cur); room > 0 {
+			c := chunk
+			if len(c) > 0 && c[len(c)-1] == '\n' {
+				c = c[:len(c)-1]
+			}
+			cur = append(cur, c[:min(len(c), room)]...)
+		}
+		switch {
+		case err == nil:
+			lines = append(lines, strings.TrimSuffix(string(cur), "\r"))
+			cur = cur[:0]
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if len(cur) > 0 {
+				lines = append(lines, strings.TrimSuffix(string(cur), "\r"))
+			}
+			return lines, nil
+		default:
+			return lines, err
+		}
+	}
+}

@@ -1,0 +1,92 @@
+// Package docker implements runtime.Runtime with the official Docker Go
+// client. The API version is negotiated with the engine, so the same binary
+// works with Docker Engine 20.10 (API 1.41) and current releases.
+package docker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// Options configures New.
+type Options struct {
+	// Logger receives warnings (for example engine warnings on create).
+	// Nil means slog.Default().
+	Logger *slog.Logger
+	// Host overrides the engine address ("unix:///var/run/docker.sock").
+	// Empty means the environment (DOCKER_HOST, ...) or the default socket.
+	Host string
+	// HTTPClient overrides the HTTP client; mainly for tests.
+	HTTPClient *http.Client
+}
+
+// Runtime is the Docker implementation of runtime.Runtime. It is safe for
+// concurrent use. Close it when done.
+type Runtime struct {
+	cli *client.Client
+	log *slog.Logger
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New connects to the Docker engine named by the environment (or
+// opts.Host), negotiates the API version and checks that the engine answers.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if opts.Host != "" {
+		clientOpts = append(clientOpts, client.WithHost(opts.Host))
+	}
+	if opts.HTTPClient != nil {
+		clientOpts = append(clientOpts, client.WithHTTPClient(opts.HTTPClient))
+	}
+	cli, err := client.NewClientWithOpts(clientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker: client: %w", err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker: engine at %s does not answer: %w", cli.DaemonHost(), err)
+	}
+	cli.NegotiateAPIVersion(ctx)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Runtime{cli: cli, log: log.With("component", "docker")}, nil
+}
+
+// Client returns the underlying Docker client (for optional abilities the
+// runtime interface does not cover).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// APIVersion returns the negotiated Docker API version.
+func (r *Runtime) APIVersion() string { return r.cli.ClientVersion() }
+
+// Close releases the client's connections.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// wrap turns engine "not found" errors into runtime.ErrNotFound, keeping the
+// engine's message.
+func wrap(op, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("docker: %s %s: %w (%v)", op, name, runtime.ErrNotFound, err)
+	}
+	return fmt.Errorf("docker: %s %s: %w", op, name, err)
+}
+
+// isNotRunning reports whether err is the engine's "container is not
+// running" conflict.
+func isNotRunning(err error) bool {
+	return err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is not running"))
+}

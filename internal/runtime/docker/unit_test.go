@@ -1,0 +1,162 @@
+package docker
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+func TestCPUAbsolute(t *testing.T) {
+	sample := func(cur, pre, sys, presys uint64, cpus uint32, percpu int) *container.StatsResponse {
+		s := &container.StatsResponse{}
+		s.CPUStats.CPUUsage.TotalUsage = cur
+		s.PreCPUStats.CPUUsage.TotalUsage = pre
+		s.CPUStats.SystemUsage = sys
+		s.PreCPUStats.SystemUsage = presys
+		s.CPUStats.OnlineCPUs = cpus
+		s.CPUStats.CPUUsage.PercpuUsage = make([]uint64, percpu)
+		return s
+	}
+	tests := []struct {
+		name string
+		s    *container.StatsResponse
+		want float64
+	}{
+		{"one of four cores busy", sample(250, 0, 1000, 0, 4, 0), 100},
+		{"two of four cores", sample(1500, 1000, 3000, 2000, 4, 0), 200},
+		{"above 100", sample(900, 0, 1000, 0, 4, 0), 360},
+		{"rounded to 3 decimals", sample(1, 0, 3000, 0, 1, 0), 0.033},
+		{"percpu fallback", sample(500, 0, 1000, 0, 0, 2), 100},
+		{"no system delta", sample(500, 0, 1000, 1000, 2, 0), 0},
+		{"counter reset", sample(10, 500, 2000, 1000, 2, 0), 0},
+		{"idle", sample(500, 500, 2000, 1000, 2, 0), 0},
+	}
+	for _, tt := range tests {
+		if got := cpuAbsolute(tt.s); got != tt.want {
+			t.Errorf("%s: cpuAbsolute = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestMemoryUsage(t *testing.T) {
+	tests := []struct {
+		name  string
+		usage uint64
+		stats map[string]uint64
+		want  uint64
+	}{
+		{"cgroup v1", 1000, map[string]uint64{"total_inactive_file": 300, "inactive_file": 100}, 700},
+		{"cgroup v2", 1000, map[string]uint64{"inactive_file": 400}, 600},
+		{"cache larger than usage", 1000, map[string]uint64{"total_inactive_file": 2000}, 1000},
+		{"no stats", 1000, nil, 1000},
+	}
+	for _, tt := range tests {
+		m := &container.MemoryStats{Usage: tt.usage, Stats: tt.stats}
+		if got := memoryUsage(m); got != tt.want {
+			t.Errorf("%s: memoryUsage = %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestConvertStatsSumsNetworks(t *testing.T) {
+	s := &container.StatsResponse{Networks: map[string]container.NetworkStats{
+		"eth0": {RxBytes: 10, TxBytes: 20},
+		"eth1": {RxBytes: 1, TxBytes: 2},
+	}}
+	s.MemoryStats.Limit = 4096
+	got := convertStats(s)
+	if got.RxBytes != 11 || got.TxBytes != 22 || got.MemoryLimitBytes != 4096 {
+		t.Errorf("convertStats = %+v", got)
+	}
+}
+
+func TestSignalName(t *testing.T) {
+	for in, want := range map[string]string{
+		"SIGTERM": "SIGTERM", "sigint": "SIGINT", "ABRT": "SIGABRT", "kill": "SIGKILL", " SIGKILL ": "SIGKILL",
+	} {
+		if got, err := signalName(in); err != nil || got != want {
+			t.Errorf("signalName(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	// Wings' truncated names (§14.12) and nonsense are refused, not sent.
+	for _, in := range []string{"terminat", "interrupt", "abort", "", "SIGFOO", "9"} {
+		if got, err := signalName(in); err == nil {
+			t.Errorf("signalName(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+func TestSplitLines(t *testing.T) {
+	in := "a\r\nbb\n" + strings.Repeat("x", 100) + "\nlast"
+	got, err := splitLines(strings.NewReader(in), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a", "bb", strings.Repeat("x", 10), "last"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("splitLines = %q, want %q", got, want)
+	}
+	// A line longer than the reader's buffer is cut, not grown.
+	got, _ = splitLines(strings.NewReader(strings.Repeat("y", 100000)+"\nz\n"), 64)
+	if len(got) != 2 || len(got[0]) != 64 || got[1] != "z" {
+		t.Errorf("long line: %d lines, first %d bytes", len(got), len(got[0]))
+	}
+}
+
+func TestEncodeAuth(t *testing.T) {
+	enc, err := encodeAuth(runtime.RegistryAuth{Username: "user", Password: "p+/?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.URLEncoding.DecodeString(enc)
+	if err != nil {
+		t.Fatalf("not base64url: %v", err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(raw, &got); err != nil || got["username"] != "user" || got["password"] != "p+/?" {
+		t.Errorf("decoded %s (%v)", raw, err)
+	}
+}
+
+func TestContainerConfigDefaults(t *testing.T) {
+	cfg, hc, err := containerConfig(runtime.ContainerSpec{
+		Name:  "uuid",
+		Image: "img",
+		Ports: []runtime.PortBinding{
+			{IP: "10.0.0.1", Port: 25565, Protocol: "tcp"},
+			{IP: "10.0.0.2", Port: 25565, Protocol: "tcp"},
+			{IP: "10.0.0.1", Port: 25565, Protocol: "tcp"}, // duplicate
+			{IP: "10.0.0.1", Port: 25565},                  // empty = tcp
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Hostname != "uuid" || !cfg.Tty || !cfg.OpenStdin || cfg.StdinOnce {
+		t.Errorf("config %+v", cfg)
+	}
+	if b := hc.PortBindings["25565/tcp"]; len(b) != 2 {
+		t.Errorf("bindings = %+v, want two distinct IPs", b)
+	}
+	if hc.ReadonlyRootfs || len(hc.CapDrop) != 0 || len(hc.SecurityOpt) != 0 {
+		t.Error("an unhardened spec got hardening")
+	}
+	if hc.PidsLimit != nil || hc.LogConfig.Type != "" {
+		t.Errorf("unset limits/log config were set: pids %v log %+v", hc.PidsLimit, hc.LogConfig)
+	}
+	for _, bad := range []runtime.PortBinding{{Port: 0}, {Port: 70000}, {Port: 80, Protocol: "sctp"}} {
+		if _, _, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", Ports: []runtime.PortBinding{bad}}); err == nil {
+			t.Errorf("port %+v accepted", bad)
+		}
+	}
+	// Update leaves unset values alone, including the OOM killer setting.
+	res := resources(runtime.Limits{MemoryBytes: 1}, true)
+	if res.OomKillDisable != nil || res.PidsLimit != nil {
+		t.Errorf("update resources = %+v", res)
+	}
+}
