@@ -20,6 +20,8 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -76,10 +78,26 @@ func Run(ctx context.Context, opts Options) error {
 		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second}
 	}, opts.Version)
 
-	servers := server.NewManager(log)
-	if err := loadServers(ctx, log, store, client, servers); err != nil {
+	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("connecting to Docker: %w", err)
+	}
+	if err := ensureNetwork(ctx, log, store, rt); err != nil {
 		return err
 	}
+
+	// Servers live as long as the daemon process; their goroutines are
+	// stopped (containers untouched) after the API has shut down.
+	nodeCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServers()
+	servers := server.NewManager(nodeCtx, &server.Deps{
+		Runtime: rt, Panel: client, Config: store, Log: log,
+	})
+	defer servers.Close()
+	if err := loadServers(ctx, log, store, servers); err != nil {
+		return err
+	}
+	servers.Restore(ctx)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -99,12 +117,12 @@ func Run(ctx context.Context, opts Options) error {
 
 // loadServers fetches the node's servers, retrying while the backend is
 // unreachable: a daemon that crash-loops helps nobody.
-func loadServers(ctx context.Context, log *slog.Logger, store *config.Store, client *panel.Client, servers *server.Manager) error {
+func loadServers(ctx context.Context, log *slog.Logger, store *config.Store, servers *server.Manager) error {
 	b := backoff.NewExponentialBackOff()
 	b.MaxInterval = 30 * time.Second
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		c := store.Get()
-		err := servers.LoadFromPanel(ctx, client, c.RemoteQuery.BootServersPerPage, c.System.CrashDetection.Enabled)
+		err := servers.LoadFromPanel(ctx, c.RemoteQuery.BootServersPerPage)
 		if err != nil && ctx.Err() == nil {
 			log.Error("could not load servers from the backend; retrying", "error", err)
 		}
@@ -162,4 +180,39 @@ func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, h http.Han
 		err = serr
 	}
 	return err
+}
+
+// ensureNetwork creates the node's container network when missing and
+// stores what Docker actually uses (the subnet may differ when the
+// configured one overlaps an existing network).
+func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, rt runtime.Runtime) error {
+	n := store.Get().Docker.Network
+	info, err := rt.EnsureNetwork(ctx, runtime.NetworkSpec{
+		Name: n.Name, Driver: n.Driver, BridgeName: n.BridgeName, Internal: n.IsInternal,
+		EnableICC: n.EnableICC, MTU: n.NetworkMTU, EnableIPv6: n.EnableIPv6,
+		IPv4Subnet: n.Interfaces.V4.Subnet, IPv4Gate: n.Interfaces.V4.Gateway,
+		IPv6Subnet: n.Interfaces.V6.Subnet, IPv6Gate: n.Interfaces.V6.Gateway,
+	})
+	if err != nil {
+		return fmt.Errorf("docker network %s: %w", n.Name, err)
+	}
+	if info.Created {
+		log.Info("created the docker network", "name", n.Name, "subnet", info.IPv4Subnet, "gateway", info.IPv4Gate)
+	}
+	iface := info.IPv4Gate
+	switch info.Driver {
+	case "host":
+		iface = "127.0.0.1"
+	case "overlay", "weavemesh":
+		iface = ""
+	}
+	if iface == n.Interface && info.IPv4Subnet == n.Interfaces.V4.Subnet && info.IPv4Gate == n.Interfaces.V4.Gateway {
+		return nil
+	}
+	return store.Update(func(c *config.Config) {
+		c.Docker.Network.Interface = iface
+		if info.IPv4Subnet != "" {
+			c.Docker.Network.Interfaces.V4 = config.Subnet{Subnet: info.IPv4Subnet, Gateway: info.IPv4Gate}
+		}
+	})
 }

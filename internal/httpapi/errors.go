@@ -1,11 +1,15 @@
 package httpapi
 
 import (
+	"strings"
+
 	"encoding/json"
 	"errors"
+	"github.com/google/uuid"
 	"net/http"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/server"
 )
 
 // errorBody is the shape of every error answer.
@@ -35,6 +39,17 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		tooLarge  *http.MaxBytesError
 	)
 	switch {
+	case errors.Is(err, server.ErrInstalling), errors.Is(err, server.ErrTransferring), errors.Is(err, server.ErrRestoring),
+		errors.Is(err, server.ErrExists), errors.Is(err, server.ErrLocked):
+		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")
+	case errors.Is(err, server.ErrSuspended):
+		writeError(w, r, http.StatusBadRequest, "Cannot start or restart a server that is suspended.")
+	case errors.Is(err, server.ErrBadAction):
+		writeError(w, r, http.StatusUnprocessableEntity, err.Error())
+	case errors.Is(err, server.ErrNotOnPanel):
+		writeError(w, r, http.StatusNotFound, "The server does not exist on the backend.")
+	case errors.Is(err, server.ErrDeleted):
+		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
 	case errors.As(err, &tooLarge):
 		writeError(w, r, http.StatusRequestEntityTooLarge, "The request body is too large.")
 	case errors.As(err, &decodeErr):
@@ -45,4 +60,16 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.Log.Error("request failed", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
 		writeError(w, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
 	}
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func isUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
 }

@@ -24,8 +24,16 @@ func (a *API) routes() []route {
 		{"GET /api/system", authBearer, http.HandlerFunc(a.getSystem)},
 		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
 		{"GET /api/servers", authBearer, http.HandlerFunc(a.listServers)},
+		{"POST /api/servers", authBearer, http.HandlerFunc(a.postServers)},
 
 		// Server lifecycle
 		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
+		{"DELETE /api/servers/{server}", authBearer, a.withServer(a.deleteServer)},
+		{"POST /api/servers/{server}/power", authBearer, a.withServer(a.postPower)},
+		{"POST /api/servers/{server}/commands", authBearer, a.withServer(a.postCommands)},
+		{"GET /api/servers/{server}/logs", authBearer, a.withServer(a.getLogs)},
+		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
+		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
+		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
 	}
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,7 +35,7 @@ func newTestAPI(t *testing.T, mutate func(c *config.Config)) (http.Handler, *con
 	}
 	store := config.NewStore(path, c)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	api := New(Deps{Config: store, Servers: server.NewManager(log), Log: log, Version: "test", BootTime: time.Now()})
+	api := New(Deps{Config: store, Servers: server.NewManager(context.Background(), &server.Deps{Config: store, Log: log}), Log: log, Version: "test", BootTime: time.Now()})
 	return api.Handler(), store
 }
 

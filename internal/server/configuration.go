@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -106,7 +107,9 @@ func ParseDefinition(settings, process json.RawMessage, crashDetectionDefault bo
 	if len(settings) == 0 {
 		return d, fmt.Errorf("server: configuration has no settings")
 	}
-	if err := json.Unmarshal(settings, &d.Config); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(settings))
+	dec.UseNumber() // environment values keep their exact text (25565, not 25565.000000)
+	if err := dec.Decode(&d.Config); err != nil {
 		return d, fmt.Errorf("server: invalid settings: %w", err)
 	}
 	if _, err := uuid.Parse(d.Config.UUID); err != nil {

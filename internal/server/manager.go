@@ -2,24 +2,47 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync"
+	"time"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/runtime"
 )
 
-// Manager holds the servers of this node.
+// ErrExists is returned when a server with that UUID is already on this node.
+var ErrExists = errors.New("server already exists on this node")
+
+// Manager holds the servers of this node and persists their states, so that
+// servers that were running when the host went down start again.
 type Manager struct {
-	log *slog.Logger
+	deps *Deps
+	log  *slog.Logger
+	ctx  context.Context
 
 	mu      sync.RWMutex
 	servers map[string]*Server
+
+	stateMu sync.Mutex
+	states  map[string]State
 }
 
-// NewManager returns an empty manager.
-func NewManager(log *slog.Logger) *Manager {
-	return &Manager{log: log, servers: make(map[string]*Server)}
+// NewManager returns an empty manager; ctx is the node's lifetime.
+func NewManager(ctx context.Context, deps *Deps) *Manager {
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	return &Manager{deps: deps, log: deps.Log, ctx: ctx, servers: make(map[string]*Server), states: map[string]State{}}
 }
 
 // Get returns the server with the given UUID.
@@ -42,41 +65,228 @@ func (m *Manager) All() []*Server {
 	return out
 }
 
-// Add registers a server; it reports false when one with that UUID exists.
-func (m *Manager) Add(s *Server) bool {
+// Add builds a server for def and registers it.
+func (m *Manager) Add(def Definition) (*Server, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.servers[s.UUID()]; ok {
-		return false
+	if _, ok := m.servers[def.Config.UUID]; ok {
+		return nil, ErrExists
 	}
-	m.servers[s.UUID()] = s
-	return true
+	var files Files
+	if m.deps.OpenFiles != nil {
+		f, err := m.deps.OpenFiles(def.Config.UUID, def.Config)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: %w", def.Config.UUID, err)
+		}
+		files = f
+	}
+	s := newServer(m.ctx, m.deps, def, files, m.recordState)
+	m.servers[def.Config.UUID] = s
+	return s, nil
 }
 
-// Remove unregisters a server.
-func (m *Manager) Remove(uuid string) {
+// remove unregisters a server.
+func (m *Manager) remove(uuid string) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	delete(m.servers, uuid)
+	m.mu.Unlock()
+	m.stateMu.Lock()
+	delete(m.states, uuid)
+	m.stateMu.Unlock()
+	m.saveStates()
 }
 
 // LoadFromPanel fetches every server assigned to this node and registers
 // them. A server whose definition cannot be decoded is logged and skipped.
-func (m *Manager) LoadFromPanel(ctx context.Context, c *panel.Client, perPage int, crashDetectionDefault bool) error {
-	raws, err := c.AllServers(ctx, perPage, 4)
+func (m *Manager) LoadFromPanel(ctx context.Context, perPage int) error {
+	raws, err := m.deps.Panel.AllServers(ctx, perPage, 4)
 	if err != nil {
 		return err
 	}
+	crash := m.deps.Config.Get().System.CrashDetection.Enabled
 	for _, raw := range raws {
-		def, err := ParseDefinition(raw.Settings, raw.ProcessConfiguration, crashDetectionDefault)
+		def, err := ParseDefinition(raw.Settings, raw.ProcessConfiguration, crash)
 		if err != nil {
 			m.log.Error("skipping server with an invalid definition", "server", raw.UUID, "error", err)
 			continue
 		}
-		if !m.Add(New(def)) {
-			m.log.Warn("the backend listed a server twice", "server", def.Config.UUID)
+		if _, err := m.Add(def); err != nil {
+			m.log.Error("skipping server", "server", def.Config.UUID, "error", err)
 		}
 	}
 	m.log.Info("loaded servers from the backend", "count", len(m.All()))
 	return nil
+}
+
+func (m *Manager) statesPath() string {
+	return filepath.Join(m.deps.Config.Get().System.RootDirectory, "states.json")
+}
+
+// Restore brings every server back to where it was: a running container is
+// re-attached (never restarted or re-created); a server that was running when
+// the host went down is started again; everything else is offline.
+func (m *Manager) Restore(ctx context.Context) {
+	saved := map[string]State{}
+	if data, err := os.ReadFile(m.statesPath()); err == nil {
+		if err := json.Unmarshal(data, &saved); err != nil {
+			m.log.Warn("ignoring an unreadable states file", "error", err)
+		}
+	}
+	var g errgroup.Group
+	g.SetLimit(4)
+	for _, s := range m.All() {
+		g.Go(func() error {
+			m.restoreOne(ctx, s, saved[s.UUID()])
+			return nil
+		})
+	}
+	_ = g.Wait()
+	m.saveStates()
+}
+
+func (m *Manager) restoreOne(ctx context.Context, s *Server, saved State) {
+	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
+		s.log.Error("cannot create the data directory", "error", err)
+		return
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := m.deps.Runtime.Inspect(ictx, s.UUID())
+	switch {
+	case err == nil && st.Running:
+		if err := s.reattach(ictx, st); err != nil {
+			s.log.Error("could not re-attach to the running container", "error", err)
+		}
+	case saved == Running || saved == Starting:
+		s.log.Info("server was running before the daemon stopped; starting it")
+		if err := s.PowerAsync(PowerStart, 0); err != nil {
+			s.log.Warn("could not start the server", "error", err)
+		}
+	case err != nil && !errors.Is(err, runtime.ErrNotFound):
+		s.log.Warn("could not inspect the container", "error", err)
+	}
+}
+
+// reattach connects to a container that is already running.
+func (s *Server) reattach(ctx context.Context, st runtime.State) error {
+	n := max(100, s.deps.Config.Get().System.WebsocketLogCount)
+	if lines, err := s.deps.Runtime.Logs(ctx, s.UUID(), n); err == nil {
+		for _, l := range lines {
+			s.console.add(l)
+		}
+	}
+	if err := s.attach(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.startedAt = st.StartedAt
+	s.mu.Unlock()
+	s.setState(Running)
+	s.log.Info("re-attached to the running container")
+	return nil
+}
+
+func (m *Manager) recordState(uuid string, st State) {
+	m.stateMu.Lock()
+	m.states[uuid] = st
+	m.stateMu.Unlock()
+	m.saveStates()
+}
+
+// saveStates persists the states atomically.
+func (m *Manager) saveStates() {
+	m.stateMu.Lock()
+	defer m.stateMu.Unlock()
+	for _, s := range m.All() {
+		if _, ok := m.states[s.UUID()]; !ok {
+			m.states[s.UUID()] = s.State()
+		}
+	}
+	data, err := json.Marshal(m.states)
+	if err == nil {
+		err = atomicfile.WriteFile(m.statesPath(), data, 0o600)
+	}
+	if err != nil {
+		m.log.Warn("could not save server states", "error", err)
+	}
+}
+
+// Create registers a new server from the backend's configuration, installs
+// it in the background, and starts it afterwards when asked to.
+func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion bool) (*Server, error) {
+	if _, ok := m.Get(uuid); ok {
+		return nil, ErrExists
+	}
+	res, err := m.deps.Panel.ServerConfiguration(ctx, uuid)
+	if panel.IsNotFound(err) {
+		return nil, ErrNotOnPanel
+	}
+	if err != nil {
+		return nil, err
+	}
+	def, err := DefinitionFromPanel(res, m.deps.Config.Get().System.CrashDetection.Enabled)
+	if err != nil {
+		return nil, err
+	}
+	s, err := m.Add(def)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
+		return nil, err
+	}
+	s.goServer(func() {
+		if err := s.Install(s.ctx, false); err != nil {
+			return
+		}
+		if startOnCompletion {
+			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
+				s.log.Warn("start after install failed", "error", err)
+			}
+		}
+	})
+	return s, nil
+}
+
+// Delete removes a server in the spec's order: suspend, notify websocket
+// clients, stop processes, remove from the manager, destroy the container,
+// delete the files.
+func (m *Manager) Delete(ctx context.Context, s *Server) error {
+	s.mu.Lock()
+	s.deleted = true
+	s.def.Config.Suspended = true
+	s.mu.Unlock()
+	s.events.Publish(events.New(events.Deleted, "null"))
+	s.CloseSessions("", CloseDeleted, "server deleted")
+
+	uuid := s.UUID()
+	s.expectedExit.Store(true)
+	if err := m.deps.Runtime.Signal(ctx, uuid, "SIGKILL"); err != nil &&
+		!errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+		s.log.Warn("killing the process before deletion failed", "error", err)
+	}
+	s.close()
+	m.remove(uuid)
+	var errs []error
+	for _, name := range []string{uuid, uuid + "_installer"} {
+		if err := m.deps.Runtime.Remove(ctx, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(s.DataDir()); err != nil {
+		errs = append(errs, err)
+	}
+	s.events.Close()
+	return errors.Join(errs...)
+}
+
+// Close stops every server's goroutines at daemon shutdown. Containers keep
+// running; they are re-attached at the next boot.
+func (m *Manager) Close() {
+	var wg sync.WaitGroup
+	for _, s := range m.All() {
+		wg.Go(s.close)
+	}
+	wg.Wait()
+	m.saveStates()
 }

@@ -1,11 +1,22 @@
 // Package server is the server domain: one Server per game server on this
-// node (state, flags, configuration, events) and the Manager that holds them.
+// node (state machine, flags, power lock, console, resource usage, install,
+// sync, crash detection) and the Manager that holds them.
 package server
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/runtime"
 )
 
 // State is a server's process state, as the wire shows it.
@@ -41,19 +52,120 @@ type Details struct {
 	Configuration Configuration `json:"configuration"`
 }
 
-// Server is one game server.
-type Server struct {
-	mu    sync.RWMutex
-	def   Definition
-	state State
-	util  Utilization
-
-	events *events.Bus
+// Files is the server's confined filesystem, as the domain needs it.
+type Files interface {
+	// Usage is the cached disk usage in bytes; it never blocks.
+	Usage() int64
+	// RefreshUsage walks the directory and updates the cache.
+	RefreshUsage(ctx context.Context) (int64, error)
+	// SetDiskLimit changes the write limit (bytes; 0 unlimited, -1 no writes).
+	SetDiskLimit(limit int64)
 }
 
-// New returns an offline server for def.
-func New(def Definition) *Server {
-	return &Server{def: def, state: Offline, events: events.NewBus()}
+// Deps are the node-wide parts every server uses.
+type Deps struct {
+	Runtime runtime.Runtime
+	Panel   *panel.Client
+	Config  *config.Store
+	Log     *slog.Logger
+	// OpenFiles returns the confined filesystem of a server's data directory.
+	OpenFiles func(uuid string, c Configuration) (Files, error)
+	// BeforeStart runs the last pre-start steps (configuration files,
+	// ownership) after the sync, suspension and disk checks.
+	BeforeStart func(ctx context.Context, s *Server) error
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Server is one game server.
+type Server struct {
+	deps *Deps
+	log  *slog.Logger
+
+	// ctx lives as long as the server is managed by this daemon; wg tracks
+	// every goroutine the server starts, so Close can wait for them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu          sync.RWMutex
+	def         Definition
+	done        []doneMatcher
+	state       State
+	util        Utilization
+	startedAt   time.Time
+	lastCrash   time.Time
+	stateChange chan struct{} // closed and replaced on every state change
+	run         *containerRun // the attached container, nil when none
+	deleted     bool
+
+	installing   atomic.Bool
+	transferring atomic.Bool
+	restoring    atomic.Bool
+	// expectedExit is set when we stop or kill the process ourselves, so
+	// that its exit is not taken for a crash.
+	expectedExit atomic.Bool
+
+	lock     chan struct{} // the power lock: one action at a time
+	events   *events.Bus
+	console  *ring
+	throttle *throttle
+	files    Files
+	sessions sessions
+
+	diskMu       sync.Mutex
+	diskRefresh  time.Time
+	diskInFlight bool
+
+	onState func(uuid string, st State)
+}
+
+// containerRun is one attachment to the server's container.
+type containerRun struct {
+	stream runtime.Stream
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex // serialises writes to stdin
+}
+
+// newServer builds a server; the manager calls it.
+func newServer(parent context.Context, deps *Deps, def Definition, files Files, onState func(string, State)) *Server {
+	ctx, cancel := context.WithCancel(parent)
+	cfg := deps.Config.Get()
+	s := &Server{
+		deps:        deps,
+		log:         deps.Log.With("server", def.Config.UUID),
+		ctx:         ctx,
+		cancel:      cancel,
+		def:         def,
+		done:        compileDone(def.Process, deps.Log),
+		state:       Offline,
+		stateChange: make(chan struct{}),
+		lock:        make(chan struct{}, 1),
+		events:      events.NewBus(),
+		console:     newRing(max(100, cfg.System.WebsocketLogCount)),
+		files:       files,
+		onState:     onState,
+	}
+	s.util.MemoryLimitBytes = uint64(max(0, def.Config.Build.MemoryLimit)) * mib
+	s.throttle = &throttle{
+		now: deps.now,
+		lines: func() (int, time.Duration) {
+			t := deps.Config.Get().Throttles
+			return t.Lines, time.Duration(t.LineResetInterval) * time.Millisecond
+		},
+	}
+	if files != nil {
+		files.SetDiskLimit(def.Config.Build.DiskLimitBytes())
+	}
+	return s
+}
+
+func (d *Deps) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
 }
 
 // UUID is the server's identifier.
@@ -66,6 +178,14 @@ func (s *Server) UUID() string {
 // Events is the server's event bus.
 func (s *Server) Events() *events.Bus { return s.events }
 
+// Files is the server's confined filesystem.
+func (s *Server) Files() Files { return s.files }
+
+// DataDir is the host directory of the server's files.
+func (s *Server) DataDir() string {
+	return filepath.Join(s.deps.Config.Get().System.Data, s.UUID())
+}
+
 // Definition returns the current configuration.
 func (s *Server) Definition() Definition {
 	s.mu.RLock()
@@ -73,16 +193,178 @@ func (s *Server) Definition() Definition {
 	return s.def
 }
 
-// Details returns the record served by the API.
-func (s *Server) Details() Details {
+// State returns the process state.
+func (s *Server) State() State {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.state
+}
+
+// IsSuspended reports the suspension flag: set by the backend, and also for
+// the duration of a restore.
+func (s *Server) IsSuspended() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.def.Config.Suspended || s.restoring.Load()
+}
+
+// IsInstalling, IsTransferring and IsRestoring report the flags.
+func (s *Server) IsInstalling() bool   { return s.installing.Load() }
+func (s *Server) IsTransferring() bool { return s.transferring.Load() }
+func (s *Server) IsRestoring() bool    { return s.restoring.Load() }
+
+// SetTransferring and SetRestoring set the flags owned by the transfer and
+// backup packages; they report false when the flag was already in that state.
+func (s *Server) SetTransferring(v bool) bool { return s.transferring.CompareAndSwap(!v, v) }
+func (s *Server) SetRestoring(v bool) bool    { return s.restoring.CompareAndSwap(!v, v) }
+
+// Utilization returns the current resource usage.
+func (s *Server) Utilization() Utilization {
+	s.maybeRefreshDisk()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	u := s.util
 	u.State = s.state
+	if s.files != nil {
+		u.DiskBytes = s.files.Usage()
+	}
+	if s.state != Offline && !s.startedAt.IsZero() {
+		u.Uptime = s.deps.now().Sub(s.startedAt).Milliseconds()
+	}
+	return u
+}
+
+// Details returns the record served by the API.
+func (s *Server) Details() Details {
+	u := s.Utilization()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	return Details{
-		State:         s.state,
-		IsSuspended:   s.def.Config.Suspended,
+		State:         u.State,
+		IsSuspended:   s.def.Config.Suspended || s.restoring.Load(),
 		Utilization:   u,
 		Configuration: s.def.Config,
 	}
+}
+
+// maybeRefreshDisk refreshes the cached disk usage in the background when it
+// is older than system.disk_check_interval; a read never waits for a walk.
+func (s *Server) maybeRefreshDisk() {
+	if s.files == nil {
+		return
+	}
+	interval := time.Duration(s.deps.Config.Get().System.DiskCheckInterval) * time.Second
+	s.diskMu.Lock()
+	defer s.diskMu.Unlock()
+	if s.diskInFlight || (!s.diskRefresh.IsZero() && s.deps.now().Sub(s.diskRefresh) < interval) || s.ctx.Err() != nil {
+		return
+	}
+	s.diskInFlight = true
+	s.goServer(func() {
+		_, err := s.files.RefreshUsage(s.ctx)
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("disk usage walk failed", "error", err)
+		}
+		s.diskMu.Lock()
+		s.diskInFlight = false
+		s.diskRefresh = s.deps.now()
+		s.diskMu.Unlock()
+	})
+}
+
+// goServer runs fn in a goroutine owned by the server (waited for by Close).
+func (s *Server) goServer(fn func()) {
+	s.wg.Go(fn)
+}
+
+// setState moves the state machine; a transition not in the table is refused
+// and logged. It publishes `status`, and on reaching offline resets the usage
+// and publishes `stats`.
+func (s *Server) setState(to State) bool {
+	s.mu.Lock()
+	from := s.state
+	if from == to {
+		s.mu.Unlock()
+		return true
+	}
+	if !CanTransition(from, to) {
+		s.mu.Unlock()
+		s.log.Warn("refused state transition", "from", from, "to", to)
+		return false
+	}
+	s.state = to
+	if to == Offline {
+		limit := s.util.MemoryLimitBytes
+		s.util = Utilization{MemoryLimitBytes: limit}
+		s.startedAt = time.Time{}
+	}
+	close(s.stateChange)
+	s.stateChange = make(chan struct{})
+	s.mu.Unlock()
+
+	s.log.Debug("state changed", "from", from, "to", to)
+	s.events.Publish(events.New(events.Status, string(to)))
+	if to == Offline {
+		s.publishStats()
+	}
+	if s.onState != nil {
+		s.onState(s.UUID(), to)
+	}
+	return true
+}
+
+// waitForState blocks until the state is want, ctx ends or d passes.
+func (s *Server) waitForState(ctx context.Context, want State, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		s.mu.RLock()
+		st, ch := s.state, s.stateChange
+		s.mu.RUnlock()
+		if st == want {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (s *Server) publishStats() {
+	b, err := json.Marshal(s.Utilization())
+	if err != nil {
+		return
+	}
+	s.events.Publish(events.New(events.Stats, string(b)))
+}
+
+// daemonMessage writes a line of the daemon's own into the console.
+func (s *Server) daemonMessage(text string) {
+	name := s.deps.Config.Get().AppName
+	line := fmt.Sprintf("\x1b[33m\x1b[1m[%s Daemon]:\x1b[39m %s\x1b[0m", name, text)
+	s.console.add(line)
+	s.events.Publish(events.New(events.ConsoleOutput, line))
+}
+
+// Publish sends an event to the server's subscribers (backups, transfers).
+func (s *Server) Publish(e events.Event) { s.events.Publish(e) }
+
+// ConsoleLines returns up to n of the newest console lines.
+func (s *Server) ConsoleLines(n int) []string { return s.console.last(n) }
+
+// close stops every goroutine of the server without touching its container.
+func (s *Server) close() {
+	s.cancel()
+	s.mu.Lock()
+	run := s.run
+	s.mu.Unlock()
+	if run != nil {
+		run.cancel()
+		_ = run.stream.Close()
+	}
+	s.wg.Wait()
 }

@@ -1,0 +1,141 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"sync"
+	"time"
+)
+
+// MaxLineBytes bounds one console line; the rest of a longer line is dropped
+// (one 10 MB line without a newline must not grow memory or stop the console).
+const MaxLineBytes = 16 << 10
+
+// readLines splits r into lines of at most MaxLineBytes and calls emit for
+// each, until r ends. Carriage returns at line ends are removed.
+func readLines(r io.Reader, emit func(line string)) error {
+	buf := make([]byte, 32<<10)
+	var line []byte
+	overflow := false
+	flush := func() {
+		emit(string(bytes.TrimRight(line, "\r")))
+		line = line[:0]
+	}
+	for {
+		n, err := r.Read(buf)
+		chunk := buf[:n]
+		for len(chunk) > 0 {
+			i := bytes.IndexByte(chunk, '\n')
+			part := chunk
+			if i >= 0 {
+				part = chunk[:i]
+			}
+			if !overflow {
+				room := MaxLineBytes - len(line)
+				if len(part) > room {
+					line = append(line, part[:room]...)
+					flush()
+					overflow = true
+				} else {
+					line = append(line, part...)
+				}
+			}
+			if i < 0 {
+				break
+			}
+			if overflow {
+				overflow = false
+			} else {
+				flush()
+			}
+			chunk = chunk[i+1:]
+		}
+		if err != nil {
+			if len(line) > 0 && !overflow {
+				flush()
+			}
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// throttle lets at most `lines` lines through per window; the first line
+// dropped in a window is reported so that one notice can be sent.
+type throttle struct {
+	mu       sync.Mutex
+	lines    func() (int, time.Duration)
+	now      func() time.Time
+	start    time.Time
+	count    int
+	notified bool
+}
+
+// allow reports whether the line may pass, and whether this is the first
+// drop of the window (time to tell the user).
+func (t *throttle) allow() (ok, firstDrop bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	limit, window := t.lines()
+	now := t.now()
+	if now.Sub(t.start) >= window {
+		t.start, t.count, t.notified = now, 0, false
+	}
+	if t.count < limit {
+		t.count++
+		return true, false
+	}
+	if !t.notified {
+		t.notified = true
+		return false, true
+	}
+	return false, false
+}
+
+func (t *throttle) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.start, t.count, t.notified = time.Time{}, 0, false
+}
+
+// ring keeps the last lines of console output.
+type ring struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+	full  bool
+}
+
+func newRing(size int) *ring { return &ring{lines: make([]string, max(1, size))} }
+
+func (r *ring) add(line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines[r.next] = line
+	r.next = (r.next + 1) % len(r.lines)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// last returns up to n of the newest lines, oldest first.
+func (r *ring) last(n int) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	count := r.next
+	if r.full {
+		count = len(r.lines)
+	}
+	n = min(n, count)
+	out := make([]string, 0, n)
+	for i := count - n; i < count; i++ {
+		idx := i
+		if r.full {
+			idx = (r.next + i) % len(r.lines)
+		}
+		out = append(out, r.lines[idx])
+	}
+	return out
+}

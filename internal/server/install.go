@@ -1,0 +1,200 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// installOutputLimit bounds the installer output kept for the install log.
+const installOutputLimit = 4 << 20
+
+// Install runs the installation: the backend's script in an installer
+// container with the server's files at /mnt/server. Reinstall keeps the
+// existing files (the script decides what to do with them). The backend is
+// told whether the script succeeded (exit code 0).
+func (s *Server) Install(ctx context.Context, reinstall bool) error {
+	if !s.installing.CompareAndSwap(false, true) {
+		return ErrInstalling
+	}
+	defer s.installing.Store(false)
+	uuid := s.UUID()
+
+	if reinstall && s.State() != Offline {
+		if err := s.stop(ctx); err != nil {
+			s.log.Warn("stopping before the reinstall failed; killing", "error", err)
+			_ = s.Kill(ctx)
+		}
+	}
+	err := s.Sync(ctx)
+	successful := false
+	if err == nil {
+		successful, err = s.runInstaller(ctx)
+	}
+	if err != nil {
+		s.log.Error("installation failed", "error", err)
+		s.daemonMessage("Installation failed: " + err.Error())
+	}
+	if perr := s.deps.Panel.SetInstallationStatus(context.WithoutCancel(ctx), uuid, successful && err == nil, reinstall); perr != nil {
+		s.log.Error("could not report the installation status to the backend", "error", perr)
+		if err == nil {
+			err = perr
+		}
+	}
+	s.events.Publish(events.New(events.InstallCompleted, ""))
+	return err
+}
+
+func (s *Server) runInstaller(ctx context.Context) (bool, error) {
+	def := s.Definition()
+	if def.Config.SkipEggScripts {
+		s.log.Info("skipping the install script (skip_egg_scripts)")
+		return true, nil
+	}
+	s.events.Publish(events.New(events.InstallStarted, ""))
+	uuid := def.Config.UUID
+	script, err := s.deps.Panel.InstallationScript(ctx, uuid)
+	if err != nil {
+		return false, err
+	}
+	cfg := s.deps.Config.Get()
+	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
+		return false, err
+	}
+	scriptDir := filepath.Join(cfg.System.TmpDirectory, uuid)
+	if err := os.MkdirAll(scriptDir, 0o700); err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(scriptDir)
+	body := strings.ReplaceAll(script.Script, "\r\n", "\n")
+	if err := atomicfile.WriteFile(filepath.Join(scriptDir, "install.sh"), []byte(body), 0o644); err != nil {
+		return false, err
+	}
+
+	rt := s.deps.Runtime
+	progress := func(line string) { s.events.Publish(events.New(events.InstallOutput, line)) }
+	if err := rt.EnsureImage(ctx, script.ContainerImage, s.registryAuth(script.ContainerImage), progress); err != nil {
+		return false, fmt.Errorf("installer image: %w", err)
+	}
+	spec := s.installerSpec(def, script.ContainerImage, script.Entrypoint, scriptDir)
+	defer func() { _ = rt.Remove(context.WithoutCancel(ctx), spec.Name) }()
+	if err := rt.Create(ctx, spec); err != nil {
+		return false, err
+	}
+	stream, err := rt.Attach(ctx, spec.Name)
+	if err != nil {
+		return false, err
+	}
+	defer stream.Close()
+
+	var output bytes.Buffer
+	readDone := make(chan struct{})
+	s.goServer(func() {
+		defer close(readDone)
+		_ = readLines(stream, func(line string) {
+			if output.Len() < installOutputLimit {
+				output.WriteString(line + "\n")
+			}
+			s.events.Publish(events.New(events.InstallOutput, line))
+		})
+	})
+	s.daemonMessage("Starting installation process, this could take a few minutes...")
+	if err := rt.Start(ctx, spec.Name); err != nil {
+		_ = stream.Close()
+		<-readDone
+		return false, err
+	}
+	st, err := rt.Wait(ctx, spec.Name)
+	// The output ends with the process; bound the wait in case the engine keeps it open.
+	select {
+	case <-readDone:
+	case <-time.After(10 * time.Second):
+		_ = stream.Close()
+		<-readDone
+	}
+	if err != nil {
+		return false, err
+	}
+	s.daemonMessage("Installation process completed.")
+	s.writeInstallLog(def, script.ContainerImage, script.Entrypoint, spec.Env, st.ExitCode, output.Bytes())
+	if st.ExitCode != 0 {
+		return false, fmt.Errorf("the install script exited with code %d", st.ExitCode)
+	}
+	return true, nil
+}
+
+func (s *Server) registryAuth(image string) *runtime.RegistryAuth {
+	cfg := s.deps.Config.Get()
+	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
+	for k, v := range cfg.Docker.Registries {
+		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
+	}
+	return runtime.RegistryAuthFor(image, regs)
+}
+
+// installerSpec: never privileged, the image's own user, no Docker socket,
+// only /mnt/server and /mnt/install mounted, limits = the higher of the
+// installer limits and the server's, and a PID limit.
+func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir string) runtime.ContainerSpec {
+	cfg := s.deps.Config.Get()
+	d := cfg.Docker
+	build := def.Config.Build
+	build.MemoryLimit = max(build.MemoryLimit, d.InstallerLimits.Memory)
+	if d.InstallerLimits.CPU == 0 || build.CPULimit == 0 {
+		build.CPULimit = 0
+	} else {
+		build.CPULimit = max(build.CPULimit, d.InstallerLimits.CPU)
+	}
+	limits := ContainerLimits(build, d)
+	if limits.PidsLimit <= 0 {
+		limits.PidsLimit = 512
+	}
+	if entrypoint == "" {
+		entrypoint = "sh"
+	}
+	return runtime.ContainerSpec{
+		Name:       def.Config.UUID + "_installer",
+		Hostname:   "installer",
+		Image:      strings.TrimPrefix(image, "~"),
+		Cmd:        []string{entrypoint, "/mnt/install/install.sh"},
+		Env:        EnvironmentVariables(def.Config, cfg.System.Timezone),
+		Labels:     ContainerLabels(def.Config, "server_installer"),
+		Mounts:     []runtime.Mount{{Source: s.DataDir(), Target: "/mnt/server"}, {Source: scriptDir, Target: "/mnt/install"}},
+		Limits:     limits,
+		Tmpfs:      map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,size=%dM", d.TmpfsSize)},
+		DNS:        d.Network.DNS,
+		Network:    d.Network.Mode,
+		LogConfig:  runtime.LogConfig{Type: d.LogConfig.Type, Config: d.LogConfig.Config},
+		UsernsMode: d.UsernsMode,
+	}
+}
+
+func (s *Server) writeInstallLog(def Definition, image, entrypoint string, env []string, exit int, output []byte) {
+	dir := filepath.Join(s.deps.Config.Get().System.LogDirectory, "install")
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Wharf installation log\n\nServer UUID: %s\nContainer image: %s\nContainer entrypoint: %s\nExit code: %d\n\nEnvironment variables:\n", def.Config.UUID, image, entrypoint, exit)
+	for _, e := range env {
+		fmt.Fprintf(&b, "  %s\n", e)
+	}
+	b.WriteString("\nScript output:\n")
+	b.Write(output)
+	if err := os.MkdirAll(dir, 0o700); err == nil {
+		err = atomicfile.WriteFile(filepath.Join(dir, def.Config.UUID+".log"), b.Bytes(), 0o600)
+		if err != nil {
+			s.log.Warn("could not write the install log", "error", err)
+		}
+	}
+}
+
+// InstallAsync runs Install in the background (the HTTP API answers 202).
+func (s *Server) InstallAsync(reinstall bool) {
+	s.goServer(func() { _ = s.Install(s.ctx, reinstall) })
+}

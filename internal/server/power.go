@@ -1,0 +1,330 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// PowerAction is one of start, stop, restart, kill.
+type PowerAction string
+
+// The power actions.
+const (
+	PowerStart   PowerAction = "start"
+	PowerStop    PowerAction = "stop"
+	PowerRestart PowerAction = "restart"
+	PowerKill    PowerAction = "kill"
+)
+
+// stopTimeout is how long a stop may take before it escalates to a kill.
+const stopTimeout = 10 * time.Minute
+
+// ParsePowerAction validates an action name.
+func ParsePowerAction(s string) (PowerAction, error) {
+	switch a := PowerAction(s); a {
+	case PowerStart, PowerStop, PowerRestart, PowerKill:
+		return a, nil
+	}
+	return "", ErrBadAction
+}
+
+// CheckPower reports whether the action may run now, before taking the lock:
+// start, stop and restart are refused while installing, transferring or
+// restoring; start and restart while suspended. Kill is always allowed.
+func (s *Server) CheckPower(a PowerAction) error {
+	s.mu.RLock()
+	deleted, suspended := s.deleted, s.def.Config.Suspended
+	s.mu.RUnlock()
+	if deleted {
+		return ErrDeleted
+	}
+	if a == PowerKill {
+		return nil
+	}
+	switch {
+	case s.restoring.Load():
+		return ErrRestoring
+	case s.transferring.Load():
+		return ErrTransferring
+	case s.installing.Load():
+		return ErrInstalling
+	}
+	if suspended && (a == PowerStart || a == PowerRestart) {
+		return ErrSuspended
+	}
+	return nil
+}
+
+// PowerAsync checks the action, then runs it in the background, waiting up to
+// wait for the power lock. With wait 0 a busy lock is reported at once
+// (ErrLocked). Kill never waits for the lock. The outcome is reported on the
+// console and in the log.
+func (s *Server) PowerAsync(a PowerAction, wait time.Duration) error {
+	if err := s.CheckPower(a); err != nil {
+		return err
+	}
+	if a == PowerKill {
+		s.goServer(func() { s.report(a, s.Kill(s.ctx)) })
+		return nil
+	}
+	if wait <= 0 {
+		if !s.tryLock() {
+			return ErrLocked
+		}
+		s.goServer(func() {
+			defer s.unlock()
+			s.report(a, s.runLocked(s.ctx, a))
+		})
+		return nil
+	}
+	s.goServer(func() { s.report(a, s.Power(s.ctx, a, wait)) })
+	return nil
+}
+
+// Power runs the action synchronously, waiting up to wait for the power lock.
+func (s *Server) Power(ctx context.Context, a PowerAction, wait time.Duration) error {
+	if err := s.CheckPower(a); err != nil {
+		return err
+	}
+	if a == PowerKill {
+		return s.Kill(ctx)
+	}
+	if err := s.acquire(ctx, wait); err != nil {
+		return err
+	}
+	defer s.unlock()
+	return s.runLocked(ctx, a)
+}
+
+func (s *Server) runLocked(ctx context.Context, a PowerAction) error {
+	// The flags may have changed while waiting for the lock.
+	if err := s.CheckPower(a); err != nil {
+		return err
+	}
+	switch a {
+	case PowerStart:
+		return s.start(ctx)
+	case PowerStop:
+		return s.stop(ctx)
+	case PowerRestart:
+		if err := s.stop(ctx); err != nil {
+			return err
+		}
+		return s.start(ctx)
+	}
+	return ErrBadAction
+}
+
+func (s *Server) report(a PowerAction, err error) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	s.log.Warn("power action failed", "action", a, "error", err)
+	if !errors.Is(err, ErrRunning) {
+		s.daemonMessage("Power action " + string(a) + " failed: " + err.Error())
+	}
+}
+
+func (s *Server) tryLock() bool {
+	select {
+	case s.lock <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) acquire(ctx context.Context, wait time.Duration) error {
+	if s.tryLock() {
+		return nil
+	}
+	if wait <= 0 {
+		return ErrLocked
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.lock <- struct{}{}:
+		return nil
+	case <-t.C:
+		return ErrLockTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) unlock() { <-s.lock }
+
+// start runs the pre-start sequence of the spec, in order, then creates and
+// starts a fresh container. Any failure leaves the server offline.
+func (s *Server) start(ctx context.Context) error {
+	if s.State() != Offline {
+		return ErrRunning
+	}
+	if err := s.Sync(ctx); err != nil {
+		return err
+	}
+	def := s.Definition()
+	if def.Config.Suspended {
+		return ErrSuspended
+	}
+	if limit := def.Config.Build.DiskLimitBytes(); limit != 0 && s.files != nil {
+		s.daemonMessage("Checking server disk space usage, this could take a few seconds...")
+		used, err := s.files.RefreshUsage(ctx)
+		if err != nil {
+			return err
+		}
+		if limit < 0 || used > limit {
+			s.daemonMessage("Server is out of disk space: it cannot be started.")
+			return ErrDiskSpace
+		}
+	}
+	if s.deps.BeforeStart != nil {
+		if err := s.deps.BeforeStart(ctx, s); err != nil {
+			return err
+		}
+	}
+	s.expectedExit.Store(false)
+	s.throttle.reset()
+	if !s.setState(Starting) {
+		return ErrRunning
+	}
+	if err := s.startContainer(ctx, def); err != nil {
+		s.expectedExit.Store(true)
+		s.detach()
+		s.setState(Offline)
+		return err
+	}
+	return nil
+}
+
+// startContainer creates the container from the fresh configuration,
+// attaches to it (before starting, so the first line is seen) and starts it.
+func (s *Server) startContainer(ctx context.Context, def Definition) error {
+	rt := s.deps.Runtime
+	cfg := s.deps.Config.Get()
+	spec, refused := ServerContainerSpec(def.Config, cfg, s.DataDir())
+	for _, m := range refused {
+		s.log.Warn("refused a mount outside allowed_mounts", "source", m)
+		s.daemonMessage("A mount was refused because its source is not in allowed_mounts: " + m)
+	}
+	if err := s.ensureImage(ctx, def.Config.Container.Image); err != nil {
+		return err
+	}
+	if err := rt.Create(ctx, spec); err != nil {
+		return err
+	}
+	if err := s.attach(ctx); err != nil {
+		return err
+	}
+	if err := rt.Start(ctx, spec.Name); err != nil {
+		return err
+	}
+	if st, err := rt.Inspect(ctx, spec.Name); err == nil {
+		s.mu.Lock()
+		s.startedAt = st.StartedAt
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Server) ensureImage(ctx context.Context, image string) error {
+	if strings.HasPrefix(image, "~") {
+		return s.deps.Runtime.EnsureImage(ctx, image, nil, nil)
+	}
+	cfg := s.deps.Config.Get()
+	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
+	for k, v := range cfg.Docker.Registries {
+		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
+	}
+	s.daemonMessage("Pulling Docker container image, this could take a few minutes to complete...")
+	err := s.deps.Runtime.EnsureImage(ctx, image, runtime.RegistryAuthFor(image, regs), func(line string) {
+		s.log.Debug("image pull", "progress", line)
+	})
+	if err == nil {
+		s.daemonMessage("Finished pulling Docker container image")
+	}
+	return err
+}
+
+// stop stops the process with its configured stop method and waits up to
+// stopTimeout; then it kills it.
+func (s *Server) stop(ctx context.Context) error {
+	if s.State() == Offline {
+		return nil
+	}
+	s.expectedExit.Store(true)
+	s.setState(Stopping)
+	def := s.Definition()
+	rt, name := s.deps.Runtime, def.Config.UUID
+	var err error
+	switch def.Process.Stop.Type {
+	case "command":
+		err = s.SendCommand(def.Process.Stop.Value)
+		if err != nil {
+			err = rt.Stop(ctx, name, stopTimeout)
+		}
+	case "signal":
+		err = rt.Signal(ctx, name, DockerSignal(def.Process.Stop.Value))
+	default:
+		err = rt.Stop(ctx, name, stopTimeout)
+	}
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+		s.log.Warn("stop failed; killing", "error", err)
+	}
+	if s.waitForState(ctx, Offline, stopTimeout) {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	s.daemonMessage("The server did not stop in time: killing it.")
+	return s.Kill(ctx)
+}
+
+// Kill sends SIGKILL. It takes no lock and is never refused by the flags.
+func (s *Server) Kill(ctx context.Context) error {
+	if s.State() == Offline {
+		return nil
+	}
+	s.expectedExit.Store(true)
+	s.setState(Stopping)
+	err := s.deps.Runtime.Signal(ctx, s.UUID(), "SIGKILL")
+	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
+		err = nil
+	}
+	if err == nil && !s.waitForState(ctx, Offline, 30*time.Second) && s.State() != Offline {
+		// No attached process reported the exit: settle the state ourselves.
+		s.detach()
+		s.setState(Offline)
+	}
+	return err
+}
+
+// DockerSignal maps a stop signal value to a valid Docker signal name.
+// Unknown values become SIGKILL, as the panels expect.
+func DockerSignal(v string) string {
+	v = strings.ToUpper(strings.TrimSpace(v))
+	v = strings.TrimPrefix(v, "SIG")
+	switch v {
+	case "C", "INT":
+		return "SIGINT"
+	case "TERM":
+		return "SIGTERM"
+	case "ABRT":
+		return "SIGABRT"
+	case "HUP":
+		return "SIGHUP"
+	case "QUIT":
+		return "SIGQUIT"
+	case "USR1":
+		return "SIGUSR1"
+	case "USR2":
+		return "SIGUSR2"
+	}
+	return "SIGKILL"
+}

@@ -1,0 +1,237 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// ansi matches terminal escape sequences (colours, cursor movement).
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]`)
+
+// doneMatcher recognises the console line that means "started".
+type doneMatcher struct {
+	substr    string
+	re        *regexp.Regexp
+	stripANSI bool
+}
+
+func compileDone(p ProcessConfiguration, log *slog.Logger) []doneMatcher {
+	var out []doneMatcher
+	for _, d := range p.Startup.Done {
+		if strings.HasPrefix(d, "regex:") && len(d) > len("regex:") {
+			re, err := regexp.Compile(strings.TrimPrefix(d, "regex:"))
+			if err != nil {
+				log.Warn("invalid startup.done regular expression; ignored", "pattern", d, "error", err)
+				continue
+			}
+			out = append(out, doneMatcher{re: re, stripANSI: p.Startup.StripANSI})
+			continue
+		}
+		if d != "" {
+			out = append(out, doneMatcher{substr: d, stripANSI: p.Startup.StripANSI})
+		}
+	}
+	return out
+}
+
+func (m doneMatcher) match(line string) bool {
+	if m.stripANSI {
+		line = ansi.ReplaceAllString(line, "")
+	}
+	if m.re != nil {
+		return m.re.MatchString(line)
+	}
+	return strings.Contains(line, m.substr)
+}
+
+// attach connects to the container and starts the goroutines that read its
+// output and its resource usage for as long as it runs.
+func (s *Server) attach(ctx context.Context) error {
+	stream, err := s.deps.Runtime.Attach(ctx, s.UUID())
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(s.ctx)
+	run := &containerRun{stream: stream, cancel: cancel, done: make(chan struct{})}
+	s.mu.Lock()
+	old := s.run
+	s.run = run
+	s.mu.Unlock()
+	if old != nil {
+		old.cancel()
+		_ = old.stream.Close()
+	}
+	s.goServer(func() {
+		defer close(run.done)
+		err := readLines(stream, s.onOutput)
+		if err != nil && runCtx.Err() == nil {
+			s.log.Debug("console stream ended with an error", "error", err)
+		}
+		s.onStreamEnd(runCtx, run)
+	})
+	s.goServer(func() { s.pollStats(runCtx) })
+	return nil
+}
+
+// detach drops the current attachment without touching the container.
+func (s *Server) detach() {
+	s.mu.Lock()
+	run := s.run
+	s.run = nil
+	s.mu.Unlock()
+	if run != nil {
+		run.cancel()
+		_ = run.stream.Close()
+	}
+}
+
+// onStreamEnd runs when the container's output ends: the process exited (or
+// we detached). The exit is settled here and crash detection may follow.
+func (s *Server) onStreamEnd(runCtx context.Context, run *containerRun) {
+	run.cancel()
+	s.mu.Lock()
+	current := s.run == run
+	if current {
+		s.run = nil
+	}
+	s.mu.Unlock()
+	if !current || s.ctx.Err() != nil {
+		return // detached on purpose, or the daemon is shutting down: the container lives on
+	}
+	// The stream can also end when the engine restarts; wait for the real exit.
+	st, err := s.deps.Runtime.Wait(s.ctx, s.UUID())
+	if s.ctx.Err() != nil {
+		return
+	}
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		s.log.Warn("waiting for the container failed", "error", err)
+	}
+	if errors.Is(err, runtime.ErrNotFound) {
+		st = runtime.State{ExitCode: 1}
+	}
+	prev := s.State()
+	s.setState(Offline)
+	if (prev == Running || prev == Starting) && !s.expectedExit.Load() {
+		s.goServer(func() { s.handleCrash(st) })
+	}
+}
+
+// onOutput handles one console line of the running process.
+func (s *Server) onOutput(line string) {
+	s.mu.RLock()
+	starting := s.state == Starting
+	done := s.done
+	s.mu.RUnlock()
+	if starting {
+		for _, m := range done {
+			if m.match(line) {
+				s.setState(Running)
+				break
+			}
+		}
+	}
+	ok, firstDrop := s.throttle.allow()
+	if !ok {
+		if firstDrop {
+			s.daemonMessage("Server is outputting console data too quickly -- throttling...")
+		}
+		return
+	}
+	s.console.add(line)
+	s.events.Publish(events.New(events.ConsoleOutput, line))
+}
+
+// SendCommand writes a line to the process's standard input.
+func (s *Server) SendCommand(line string) error {
+	s.mu.RLock()
+	run := s.run
+	st := s.state
+	s.mu.RUnlock()
+	if run == nil || !st.IsRunning() && st != Stopping {
+		return ErrNotRunning
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if _, err := run.stream.Write([]byte(sanitizeCommand(line) + "\n")); err != nil {
+		return fmt.Errorf("writing to the server's console: %w", err)
+	}
+	return nil
+}
+
+// pollStats follows the runtime's resource samples while the container runs.
+func (s *Server) pollStats(ctx context.Context) {
+	ch, err := s.deps.Runtime.Stats(ctx, s.UUID())
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Debug("stats stream unavailable", "error", err)
+		}
+		return
+	}
+	for sample := range ch {
+		s.mu.Lock()
+		if s.state == Offline {
+			s.mu.Unlock()
+			continue
+		}
+		s.util.MemoryBytes = sample.MemoryBytes
+		if sample.MemoryLimitBytes > 0 {
+			s.util.MemoryLimitBytes = sample.MemoryLimitBytes
+		}
+		s.util.CPUAbsolute = math.Round(sample.CPUAbsolute*1000) / 1000
+		s.util.Network.RxBytes = sample.RxBytes
+		s.util.Network.TxBytes = sample.TxBytes
+		s.mu.Unlock()
+		s.publishStats()
+	}
+}
+
+// handleCrash decides whether to restart after the process exited on its own.
+func (s *Server) handleCrash(st runtime.State) {
+	cfg := s.deps.Config.Get().System.CrashDetection
+	def := s.Definition()
+	if !def.Config.CrashDetectionEnabled || !cfg.Enabled {
+		s.daemonMessage("Aborting automatic restart, crash detection is disabled for this instance.")
+		return
+	}
+	if st.ExitCode == 0 && !st.OOMKilled && !cfg.DetectCleanExitAsCrash {
+		return
+	}
+	s.daemonMessage("---------- Detected server process in a crashed state! ----------")
+	s.daemonMessage(fmt.Sprintf("Exit code: %d", st.ExitCode))
+	s.daemonMessage(fmt.Sprintf("Out of memory: %t", st.OOMKilled))
+	now := s.deps.now()
+	s.mu.Lock()
+	last := s.lastCrash
+	timeout := time.Duration(cfg.Timeout) * time.Second
+	if timeout > 0 && !last.IsZero() && now.Sub(last) < timeout {
+		s.mu.Unlock()
+		s.daemonMessage(fmt.Sprintf("Aborting automatic restart, last crash occurred less than %d seconds ago.", cfg.Timeout))
+		return
+	}
+	s.lastCrash = now
+	s.mu.Unlock()
+	if err := s.PowerAsync(PowerStart, 0); err != nil {
+		s.log.Warn("automatic restart after a crash not possible", "error", err)
+	}
+}
+
+// sanitizeCommand removes control characters from a console command: a
+// newline would smuggle a second command, and Docker's detach sequence
+// (ctrl-p ctrl-q) would cut the console off.
+func sanitizeCommand(line string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, line)
+}

@@ -1,0 +1,60 @@
+package server
+
+import "sync"
+
+// Session is an open connection of a user to a server (a websocket, later an
+// SFTP session) that the server can close: on suspension, deletion, or when
+// the backend deauthorizes the user.
+type Session interface {
+	User() string
+	Close(code int, reason string)
+}
+
+// Close codes used for websocket sessions.
+const (
+	CloseSuspended = 4409
+	CloseDeleted   = 1001
+	CloseRevoked   = 4401
+)
+
+type sessions struct {
+	mu  sync.Mutex
+	set map[Session]struct{}
+}
+
+// AddSession registers a session; call the returned function when it ends.
+func (s *Server) AddSession(sess Session) (remove func()) {
+	s.sessions.mu.Lock()
+	if s.sessions.set == nil {
+		s.sessions.set = map[Session]struct{}{}
+	}
+	s.sessions.set[sess] = struct{}{}
+	s.sessions.mu.Unlock()
+	return func() {
+		s.sessions.mu.Lock()
+		delete(s.sessions.set, sess)
+		s.sessions.mu.Unlock()
+	}
+}
+
+// SessionCount reports how many sessions are open.
+func (s *Server) SessionCount() int {
+	s.sessions.mu.Lock()
+	defer s.sessions.mu.Unlock()
+	return len(s.sessions.set)
+}
+
+// CloseSessions closes every session whose user matches (all when user is empty).
+func (s *Server) CloseSessions(user string, code int, reason string) {
+	s.sessions.mu.Lock()
+	var matched []Session
+	for sess := range s.sessions.set {
+		if user == "" || sess.User() == user {
+			matched = append(matched, sess)
+		}
+	}
+	s.sessions.mu.Unlock()
+	for _, sess := range matched {
+		sess.Close(code, reason)
+	}
+}

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/runtime"
+)
+
+// Sync refreshes the configuration from the backend: limits are applied to a
+// running container at once; a suspension stops the server and closes all of
+// its sessions.
+func (s *Server) Sync(ctx context.Context) error {
+	uuid := s.UUID()
+	res, err := s.deps.Panel.ServerConfiguration(ctx, uuid)
+	if panel.IsNotFound(err) {
+		return ErrNotOnPanel
+	}
+	if err != nil {
+		return err
+	}
+	def, err := DefinitionFromPanel(res, s.deps.Config.Get().System.CrashDetection.Enabled)
+	if err != nil {
+		return err
+	}
+	if def.Config.UUID != uuid {
+		return fmt.Errorf("server: the backend answered with the configuration of %s", def.Config.UUID)
+	}
+	s.apply(def)
+
+	if s.State() != Offline {
+		limits := ContainerLimits(def.Config.Build, s.deps.Config.Get().Docker)
+		if err := s.deps.Runtime.Update(ctx, uuid, limits); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			s.log.Warn("could not apply new limits to the running container", "error", err)
+		}
+	}
+	if def.Config.Suspended {
+		s.CloseSessions("", CloseSuspended, "server is suspended")
+		if s.State() != Offline {
+			s.goServer(func() {
+				if err := s.Power(s.ctx, PowerStop, time.Minute); err != nil && !errors.Is(err, context.Canceled) {
+					s.log.Warn("stopping the suspended server failed; killing it", "error", err)
+					_ = s.Kill(s.ctx)
+				}
+			})
+		}
+	}
+	return nil
+}
+
+// apply installs a new definition.
+func (s *Server) apply(def Definition) {
+	s.mu.Lock()
+	s.def = def
+	s.done = compileDone(def.Process, s.log)
+	if s.state == Offline {
+		s.util.MemoryLimitBytes = uint64(max(0, def.Config.Build.MemoryLimit)) * mib
+	}
+	s.mu.Unlock()
+	if s.files != nil {
+		s.files.SetDiskLimit(def.Config.Build.DiskLimitBytes())
+	}
+}
