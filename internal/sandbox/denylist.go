@@ -1,0 +1,138 @@
+package sandbox
+
+import (
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+)
+
+// denylist is a compiled egg file_denylist (gitignore syntax: globs, "**",
+// a leading "/" anchoring at the root, a trailing "/" for directories, "!"
+// to re-include, "#" comments). A name is denied when it, or any of its
+// parent directories, matches.
+type denylist struct {
+	m gitignore.Matcher
+}
+
+func compileDenylist(lines []string) *denylist {
+	var ps []gitignore.Pattern
+	for _, l := range lines {
+		l = strings.TrimRight(l, "\r")
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		ps = append(ps, gitignore.ParsePattern(l, nil))
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return &denylist{m: gitignore.NewMatcher(ps)}
+}
+
+// match reports whether the cleaned relative name is denied. The root
+// itself is never denied.
+func (d *denylist) match(rel string) bool {
+	if d == nil || rel == "." || rel == "" {
+		return false
+	}
+	parts := strings.Split(rel, "/")
+	for i := 1; i < len(parts); i++ {
+		if d.m.Match(parts[:i], true) {
+			return true
+		}
+	}
+	// The type of the last component is not known here (it may not exist
+	// yet): deny if it matches either as a file or as a directory.
+	return d.m.Match(parts, false) || d.m.Match(parts, true)
+}
+
+// resolveInRoot follows the symbolic links on rel the way os.Root does, to
+// find which name inside the root an operation would really touch, so that
+// a link cannot be used to reach a denied file under another name. Missing
+// components are kept literally. ok is false when the walk leaves the root,
+// loops, or fails; the operation itself is then refused by os.Root anyway.
+func (s *state) resolveInRoot(rel string) (string, bool) {
+	if rel == "." {
+		return ".", true
+	}
+	todo := strings.Split(rel, "/")
+	var done []string
+	hops := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) == 0 {
+				return "", false
+			}
+			done = done[:len(done)-1]
+			continue
+		}
+		cand := strings.Join(append(done[:len(done):len(done)], c), "/")
+		fi, err := s.root.Lstat(cand)
+		if err != nil {
+			// Missing (or unreadable): the rest is taken literally.
+			done = append(done, c)
+			done = append(done, todo...)
+			return strings.Join(done, "/"), true
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			done = append(done, c)
+			continue
+		}
+		hops++
+		if hops > 40 {
+			return "", false
+		}
+		target, err := s.root.Readlink(cand)
+		if err != nil || strings.HasPrefix(target, "/") {
+			return "", false
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	if len(done) == 0 {
+		return ".", true
+	}
+	return strings.Join(done, "/"), true
+}
+
+// fdRel returns the name, relative to the root, of the file open as f, as
+// the kernel sees it now (race-free: it is the file actually opened).
+func (s *state) fdRel(f *os.File) (string, bool) {
+	rootPath, err := fdPath(s.rootDir)
+	if err != nil {
+		return "", false
+	}
+	p, err := fdPath(f)
+	if err != nil {
+		return "", false
+	}
+	if p == rootPath {
+		return ".", true
+	}
+	if !strings.HasPrefix(p, rootPath+"/") {
+		return "", false
+	}
+	return p[len(rootPath)+1:], true
+}
+
+func fdPath(f *os.File) (string, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var p string
+	var lerr error
+	if err := rc.Control(func(fd uintptr) {
+		p, lerr = os.Readlink("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
+	}); err != nil {
+		return "", err
+	}
+	return p, lerr
+}

@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"syscall"
+)
+
+// sentinel is an error value that can also answer errors.Is for a standard
+// library error (ErrNotExist is also fs.ErrNotExist, and so on).
+type sentinel struct {
+	msg  string
+	also error
+}
+
+func (e *sentinel) Error() string { return e.msg }
+
+func (e *sentinel) Is(target error) bool { return e.also != nil && target == e.also }
+
+// Errors returned by the sandbox. Every error returned by an FS method is an
+// *Error that wraps one of these (or a syscall.Errno when none applies), so
+// errors.Is works on them. The HTTP layer maps them to statuses in one place:
+// ErrOutsideRoot and ErrNotExist should both answer 404 so that the existence
+// of anything outside the root is never revealed.
+var (
+	// ErrOutsideRoot: the name, or a symbolic link on its way, leads out of
+	// the root (".." above the root, an absolute link, a link chain ending
+	// outside, a symlink loop, a NUL byte).
+	ErrOutsideRoot error = &sentinel{msg: "path resolves outside the server root"}
+	// ErrNotExist: no such file inside the root. errors.Is(err, fs.ErrNotExist) is true too.
+	ErrNotExist error = &sentinel{msg: "file does not exist", also: fs.ErrNotExist}
+	// ErrExist: the target already exists. errors.Is(err, fs.ErrExist) is true too.
+	ErrExist error = &sentinel{msg: "file already exists", also: fs.ErrExist}
+	// ErrIsDir: a file operation named a directory.
+	ErrIsDir error = &sentinel{msg: "is a directory"}
+	// ErrNotDir: a directory operation named something else, or a path
+	// component that is not a directory.
+	ErrNotDir error = &sentinel{msg: "not a directory"}
+	// ErrDenied: the name (or what it resolves to) matches the egg's file
+	// denylist. errors.Is(err, fs.ErrPermission) is true too.
+	ErrDenied error = &sentinel{msg: "file is on the server's denylist", also: fs.ErrPermission}
+	// ErrNoSpace: the operation would exceed the server's disk limit, or the
+	// limit is -1 (no writes at all).
+	ErrNoSpace error = &sentinel{msg: "server disk space limit reached"}
+	// ErrTooLarge: ReadFile found more bytes than its limit.
+	ErrTooLarge error = &sentinel{msg: "file is larger than the allowed size"}
+	// ErrInvalid: an operation that is not allowed on this name (removing or
+	// renaming the root itself, for example). errors.Is(err, fs.ErrInvalid) is true too.
+	ErrInvalid error = &sentinel{msg: "invalid operation on this path", also: fs.ErrInvalid}
+	// ErrClosed: the FS was closed. errors.Is(err, fs.ErrClosed) is true too.
+	ErrClosed error = &sentinel{msg: "sandbox is closed", also: fs.ErrClosed}
+)
+
+// Error describes a failed sandbox operation. Path is the name relative to
+// the server root, always written with a leading "/" (the way the panel
+// writes it); it never contains a host path. Kind is one of the sentinel
+// errors above, or nil; Errno is the system error underneath, when there is one.
+type Error struct {
+	Op    string
+	Path  string
+	Kind  error
+	Errno syscall.Errno
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	b.WriteByte(' ')
+	b.WriteString(e.Path)
+	b.WriteString(": ")
+	switch {
+	case e.Kind != nil:
+		b.WriteString(e.Kind.Error())
+	case e.Errno != 0:
+		b.WriteString(e.Errno.Error())
+	default:
+		b.WriteString("operation failed")
+	}
+	return b.String()
+}
+
+// Unwrap gives errors.Is and errors.As the kind and the errno.
+func (e *Error) Unwrap() []error {
+	out := make([]error, 0, 2)
+	if e.Kind != nil {
+		out = append(out, e.Kind)
+	}
+	if e.Errno != 0 {
+		out = append(out, e.Errno)
+	}
+	return out
+}
+
+// display writes a cleaned relative name the way error messages show it.
+func display(rel string) string {
+	if rel == "." || rel == "" {
+		return "/"
+	}
+	return "/" + rel
+}
+
+func newErr(op, rel string, kind error) error {
+	return &Error{Op: op, Path: display(rel), Kind: kind}
+}
+
+// wrap converts an error from os.Root or a system call into an *Error that
+// names only the relative path. The original error is dropped (its text may
+// hold a host path); only its kind and errno survive.
+func wrap(op, rel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return err
+	}
+	e := &Error{Op: op, Path: display(rel)}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		e.Errno = errno
+	}
+	switch {
+	case errors.Is(err, ErrNoSpace), errno == syscall.ENOSPC, errno == syscall.EDQUOT:
+		e.Kind = ErrNoSpace
+	case errors.Is(err, ErrDenied):
+		e.Kind = ErrDenied
+	case errors.Is(err, ErrTooLarge):
+		e.Kind = ErrTooLarge
+	case errors.Is(err, ErrOutsideRoot), isEscape(err), errno == syscall.ELOOP, errno == syscall.EXDEV:
+		// ELOOP: a symlink loop, or O_NOFOLLOW met a symlink. EXDEV: os.Root
+		// refusing to cross out of the tree. Both are "bad path".
+		e.Kind = ErrOutsideRoot
+	case errors.Is(err, fs.ErrNotExist):
+		e.Kind = ErrNotExist
+	case errors.Is(err, fs.ErrExist), errno == syscall.ENOTEMPTY:
+		e.Kind = ErrExist
+	case errno == syscall.EISDIR:
+		e.Kind = ErrIsDir
+	case errno == syscall.ENOTDIR:
+		e.Kind = ErrNotDir
+	case errors.Is(err, fs.ErrClosed):
+		e.Kind = ErrClosed
+	case errors.Is(err, fs.ErrInvalid), errno == syscall.EINVAL:
+		e.Kind = ErrInvalid
+	}
+	return e
+}
+
+// isEscape recognises os.Root's "path escapes from parent" error, which the
+// standard library does not export.
+func isEscape(err error) bool {
+	for err != nil {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
+}

@@ -1,0 +1,147 @@
+package sandbox
+
+import (
+	"io"
+	"io/fs"
+	"os"
+)
+
+// File is a file opened through an FS. Its errors name the file by its
+// path relative to the root. A File opened for writing counts every byte
+// that grows the file against the disk limit before writing it, and fails
+// with ErrNoSpace (writing nothing of that call) when the limit would be
+// crossed. A File is not safe for concurrent use.
+type File struct {
+	f   *os.File
+	s   *state
+	rel string
+
+	write      bool
+	appendMode bool
+	pos, size  int64 // tracked for writable files only
+}
+
+// Name returns the name relative to the root, with a leading "/".
+func (w *File) Name() string { return display(w.rel) }
+
+// OSFile returns the underlying *os.File of a file opened for reading, for
+// zero-copy serving (http.ServeContent, sendfile); nil for a file opened
+// for writing (writes must go through the File to be counted). Its Name()
+// and its errors contain the host path: never show them to a user.
+func (w *File) OSFile() *os.File {
+	if w.write {
+		return nil
+	}
+	return w.f
+}
+
+func (w *File) Read(p []byte) (int, error) {
+	n, err := w.f.Read(p)
+	w.pos += int64(n)
+	return n, w.ioErr("read", err)
+}
+
+// ReadAt reads at an offset.
+func (w *File) ReadAt(p []byte, off int64) (int, error) {
+	n, err := w.f.ReadAt(p, off)
+	return n, w.ioErr("read", err)
+}
+
+// Seek sets the offset for the next Read or Write.
+func (w *File) Seek(offset int64, whence int) (int64, error) {
+	n, err := w.f.Seek(offset, whence)
+	if err == nil {
+		w.pos = n
+	}
+	return n, w.ioErr("seek", err)
+}
+
+// Write writes p at the current offset (at the end with O_APPEND).
+func (w *File) Write(p []byte) (int, error) {
+	off := w.pos
+	if w.appendMode {
+		off = w.size
+	}
+	n, err := w.writeAt(p, off, false)
+	w.pos = off + int64(n)
+	return n, err
+}
+
+// WriteAt writes p at offset off.
+func (w *File) WriteAt(p []byte, off int64) (int, error) {
+	return w.writeAt(p, off, true)
+}
+
+// WriteString writes s.
+func (w *File) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+
+func (w *File) writeAt(p []byte, off int64, at bool) (int, error) {
+	if !w.write {
+		return 0, newErr("write", w.rel, ErrInvalid)
+	}
+	grow := off + int64(len(p)) - w.size
+	if err := w.s.reserve(grow); err != nil {
+		return 0, newErr("write", w.rel, ErrNoSpace)
+	}
+	var n int
+	var err error
+	if at {
+		n, err = w.f.WriteAt(p, off)
+	} else {
+		n, err = w.f.Write(p)
+	}
+	end := off + int64(n)
+	if got := end - w.size; got < grow {
+		w.s.release(grow - max(got, 0))
+	}
+	w.size = max(w.size, end)
+	return n, w.ioErr("write", err)
+}
+
+// Truncate changes the size of the file (growth counts against the limit).
+func (w *File) Truncate(size int64) error {
+	if !w.write {
+		return newErr("truncate", w.rel, ErrInvalid)
+	}
+	if size > w.size {
+		if err := w.s.reserve(size - w.size); err != nil {
+			return newErr("truncate", w.rel, ErrNoSpace)
+		}
+	}
+	if err := w.f.Truncate(size); err != nil {
+		if size > w.size {
+			w.s.release(size - w.size)
+		}
+		return w.ioErr("truncate", err)
+	}
+	if size < w.size {
+		w.s.release(w.size - size)
+	}
+	w.size = size
+	return nil
+}
+
+// Stat returns the FileInfo of the open file.
+func (w *File) Stat() (fs.FileInfo, error) {
+	fi, err := w.f.Stat()
+	return fi, w.ioErr("stat", err)
+}
+
+// ReadDir reads the entries of an open directory (see os.File.ReadDir).
+func (w *File) ReadDir(n int) ([]fs.DirEntry, error) {
+	d, err := w.f.ReadDir(n)
+	return d, w.ioErr("readdir", err)
+}
+
+// Sync commits the file to stable storage.
+func (w *File) Sync() error { return w.ioErr("sync", w.f.Sync()) }
+
+// Close closes the file.
+func (w *File) Close() error { return w.ioErr("close", w.f.Close()) }
+
+func (w *File) ioErr(op string, err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return wrap(op, w.rel, err)
+}

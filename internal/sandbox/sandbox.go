@@ -1,0 +1,870 @@
+// Package sandbox is the confined filesystem of one server: every file
+// operation on a server's files goes through an *FS, which resolves names
+// inside the server's root directory and never follows a symbolic link out
+// of it.
+//
+// Confinement is the standard library's os.Root (each name is resolved
+// relative to an open directory descriptor, component by component, so
+// check/use races cannot redirect an operation out of the root). On top of
+// it the package adds:
+//
+//   - lexical cleaning of panel names: "/plugins/x.jar" means
+//     <root>/plugins/x.jar; ".." that would climb above the root is
+//     ErrOutsideRoot (never clamped);
+//   - operations that act on a symbolic link itself and never its target
+//     (Remove, RemoveAll, Rename, Lchown, Lchtimes, Lstat, Walk);
+//   - the egg's file denylist (gitignore syntax), checked on the name as
+//     given and on the name it resolves to through in-root links, and, for
+//     opened files, on the file actually opened (from its descriptor);
+//   - disk accounting against a limit enforced while bytes are written;
+//   - ownership and modes for new files (0644) and directories (0755);
+//   - errors that name only the relative path (never a host path).
+//
+// Symbolic links that stay inside the root keep working.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options configure an FS.
+type Options struct {
+	// UID and GID own every file, directory and link the FS creates; -1
+	// leaves the id as the process makes it.
+	UID, GID int
+	// Denylist is the egg's file_denylist in gitignore syntax. Denied names
+	// cannot be read (Open, ReadFile, Copy source) or changed in any way
+	// (create, write, mkdir, rename either end, copy target, remove, chmod,
+	// chown, chtimes, symlink). Metadata (Stat, Lstat, ReadDir, Walk,
+	// Readlink) is not denied, so that the file manager still lists them.
+	// The Trusted view skips it.
+	Denylist []string
+	// DiskLimit is the server's disk space in bytes: 0 means unlimited and
+	// -1 means no writes at all. SetDiskLimit changes it at run time.
+	DiskLimit int64
+}
+
+// state is shared by an FS and its views.
+type state struct {
+	root     *os.Root
+	rootDir  *os.File // the root directory itself, for /proc lookups
+	hostPath string
+	uid, gid int
+
+	deny  atomic.Pointer[denylist]
+	limit atomic.Int64
+	used  atomic.Int64
+
+	refreshMu sync.Mutex
+}
+
+// FS is the confined filesystem of one server. It is safe for concurrent
+// use. A *File it returns is not.
+type FS struct {
+	s       *state
+	trusted bool
+	view    bool
+}
+
+// New opens (creating it with mode 0700 when missing) the directory root as
+// a sandbox. The cached usage starts at 0: call RefreshUsage to compute it.
+func New(root string, opts Options) (*FS, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, wrap("open root", ".", err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, wrap("open root", ".", err)
+	}
+	d, err := r.Open(".")
+	if err != nil {
+		_ = r.Close()
+		return nil, wrap("open root", ".", err)
+	}
+	s := &state{root: r, rootDir: d, hostPath: root, uid: opts.UID, gid: opts.GID}
+	s.deny.Store(compileDenylist(opts.Denylist))
+	s.limit.Store(opts.DiskLimit)
+	return &FS{s: s}, nil
+}
+
+// Close releases the root. Closing a view (Trusted) does nothing.
+func (f *FS) Close() error {
+	if f.view {
+		return nil
+	}
+	err1 := f.s.rootDir.Close()
+	err2 := f.s.root.Close()
+	if err := errors.Join(err1, err2); err != nil {
+		return wrap("close", ".", err)
+	}
+	return nil
+}
+
+// Root returns the host path of the root directory. It is meant for the
+// container mount; never put it in a message shown to a user.
+func (f *FS) Root() string { return f.s.hostPath }
+
+// Trusted returns a view of the same root, sharing usage and disk limit,
+// that skips the denylist. It is for operations the agent itself drives
+// with content it trusts as to names (backup restore and transfer
+// extraction, egg configuration rewriting): confinement, the disk limit and
+// ownership still apply. Never hand it a name chosen by a user request.
+func (f *FS) Trusted() *FS { return &FS{s: f.s, trusted: true, view: true} }
+
+// SetDenylist replaces the denylist (after an egg change).
+func (f *FS) SetDenylist(lines []string) { f.s.deny.Store(compileDenylist(lines)) }
+
+// SetDiskLimit changes the disk limit (0 unlimited, -1 no writes).
+func (f *FS) SetDiskLimit(limit int64) { f.s.limit.Store(limit) }
+
+// DiskLimit returns the disk limit in bytes.
+func (f *FS) DiskLimit() int64 { return f.s.limit.Load() }
+
+// Denied reports whether a user may not read or change name because of the
+// denylist (always false on the Trusted view). Archivers use it to skip
+// denied files.
+func (f *FS) Denied(name string) bool {
+	rel, err := clean("check", name)
+	if err != nil {
+		return true
+	}
+	return f.checkDeny("check", rel) != nil
+}
+
+// checkDeny refuses rel when it, or the name it resolves to through
+// in-root symbolic links, is denied.
+func (f *FS) checkDeny(op, rel string) error {
+	if f.trusted {
+		return nil
+	}
+	d := f.s.deny.Load()
+	if d == nil {
+		return nil
+	}
+	if d.match(rel) {
+		return newErr(op, rel, ErrDenied)
+	}
+	if res, ok := f.s.resolveInRoot(rel); ok && res != rel && d.match(res) {
+		return newErr(op, rel, ErrDenied)
+	}
+	return nil
+}
+
+// checkOpened refuses an opened file whose real name is denied. This is the
+// race-free check: it looks at the file the descriptor refers to.
+func (f *FS) checkOpened(op, rel string, file *os.File) error {
+	if f.trusted {
+		return nil
+	}
+	d := f.s.deny.Load()
+	if d == nil {
+		return nil
+	}
+	real, ok := f.s.fdRel(file)
+	if !ok || d.match(real) {
+		return newErr(op, rel, ErrDenied)
+	}
+	return nil
+}
+
+func (s *state) chown(rel string) {
+	if s.uid < 0 && s.gid < 0 {
+		return
+	}
+	_ = s.root.Lchown(rel, s.uid, s.gid)
+}
+
+func (s *state) fchown(file *os.File) {
+	if s.uid < 0 && s.gid < 0 {
+		return
+	}
+	_ = file.Chown(s.uid, s.gid)
+}
+
+// ---- reading ----
+
+// Open opens name for reading.
+func (f *FS) Open(name string) (*File, error) {
+	return f.open("open", name)
+}
+
+func (f *FS) open(op, name string) (*File, error) {
+	rel, err := clean(op, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return nil, err
+	}
+	file, err := f.s.root.Open(rel)
+	if err != nil {
+		return nil, wrap(op, rel, err)
+	}
+	if err := f.checkOpened(op, rel, file); err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return &File{f: file, s: f.s, rel: rel}, nil
+}
+
+// ReadFile reads a whole file of at most limit bytes (ErrTooLarge beyond;
+// limit <= 0 means no limit).
+func (f *FS) ReadFile(name string, limit int64) ([]byte, error) {
+	file, err := f.open("read", name)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if limit > 0 {
+		r = io.LimitReader(file, limit+1)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return nil, wrap("read", file.rel, err)
+	}
+	if limit > 0 && int64(len(b)) > limit {
+		return nil, newErr("read", file.rel, ErrTooLarge)
+	}
+	return b, nil
+}
+
+// Stat returns the FileInfo of name, following symbolic links that stay
+// inside the root.
+func (f *FS) Stat(name string) (fs.FileInfo, error) {
+	rel, err := clean("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.s.root.Stat(rel)
+	return fi, wrap("stat", rel, err)
+}
+
+// Lstat returns the FileInfo of name without following a final symbolic link.
+func (f *FS) Lstat(name string) (fs.FileInfo, error) {
+	rel, err := clean("lstat", name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.s.root.Lstat(rel)
+	return fi, wrap("lstat", rel, err)
+}
+
+// Readlink returns the stored target of the symbolic link name (data only:
+// it may name anything, and nothing is resolved through it).
+func (f *FS) Readlink(name string) (string, error) {
+	rel, err := clean("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	t, err := f.s.root.Readlink(rel)
+	return t, wrap("readlink", rel, err)
+}
+
+// ReadDir lists the directory name, sorted by name. Entries describe the
+// entries themselves (a symbolic link is reported as a link).
+func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
+	rel, err := clean("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	d, err := f.s.root.Open(rel)
+	if err != nil {
+		return nil, wrap("readdir", rel, err)
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return nil, wrap("readdir", rel, err)
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, nil
+}
+
+// ---- writing ----
+
+func isWrite(flag int) bool {
+	return flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0
+}
+
+// Create creates or truncates name for writing (mode 0644 when created).
+func (f *FS) Create(name string) (*File, error) {
+	return f.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+}
+
+// OpenFile opens name with the os.O_* flags. A file opened for writing
+// enforces the disk limit on every write (ErrNoSpace mid-stream), and a new
+// file gets mode perm (0644 when perm is 0, regardless of umask) and the
+// configured owner. When the limit is -1, opening for writing is refused.
+func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
+	const op = "open"
+	if !isWrite(flag) {
+		return f.open(op, name)
+	}
+	rel, err := clean(op, name)
+	if err != nil {
+		return nil, err
+	}
+	if rel == "." {
+		return nil, newErr(op, rel, ErrIsDir)
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return nil, err
+	}
+	if f.s.limit.Load() < 0 {
+		return nil, newErr(op, rel, ErrNoSpace)
+	}
+	if perm == 0 {
+		perm = 0o644
+	}
+	perm &= fs.ModePerm
+	base := flag &^ (os.O_CREATE | os.O_EXCL | os.O_TRUNC)
+	var file *os.File
+	created := false
+	if flag&os.O_CREATE != 0 {
+		file, err = f.s.root.OpenFile(rel, base|os.O_CREATE|os.O_EXCL, perm)
+		if err == nil {
+			created = true
+		} else if errors.Is(err, fs.ErrExist) && flag&os.O_EXCL == 0 {
+			file, err = f.s.root.OpenFile(rel, base, 0)
+		}
+	} else {
+		file, err = f.s.root.OpenFile(rel, base, 0)
+	}
+	if err != nil {
+		return nil, wrap(op, rel, err)
+	}
+	if err := f.checkOpened(op, rel, file); err != nil {
+		_ = file.Close()
+		if created {
+			_ = f.s.root.Remove(rel)
+		}
+		return nil, err
+	}
+	fi, err := file.Stat()
+	if err != nil {
+		_ = file.Close()
+		return nil, wrap(op, rel, err)
+	}
+	if fi.IsDir() {
+		_ = file.Close()
+		return nil, newErr(op, rel, ErrIsDir)
+	}
+	size := fi.Size()
+	if created {
+		_ = file.Chmod(perm)
+		f.s.fchown(file)
+	} else if flag&os.O_TRUNC != 0 && size > 0 {
+		if err := file.Truncate(0); err != nil {
+			_ = file.Close()
+			return nil, wrap(op, rel, err)
+		}
+		f.s.release(size)
+		size = 0
+	}
+	return &File{f: file, s: f.s, rel: rel, write: true, appendMode: flag&os.O_APPEND != 0, size: size}, nil
+}
+
+// WriteFileAtomic writes r to name through a temporary file in the same
+// directory that is synced and then renamed over name: name holds either
+// its old content or all of the new, never part of it. On any error
+// (including ErrNoSpace mid-stream) the temporary file is removed. A
+// symbolic link at name is replaced by the file, never written through.
+func (f *FS) WriteFileAtomic(name string, r io.Reader, perm fs.FileMode) error {
+	rel, err := clean("write", name)
+	if err != nil {
+		return err
+	}
+	return f.writeAtomic("write", rel, r, perm, true)
+}
+
+func (f *FS) writeAtomic(op, rel string, r io.Reader, perm fs.FileMode, replace bool) (err error) {
+	if rel == "." {
+		return newErr(op, rel, ErrIsDir)
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if f.s.limit.Load() < 0 {
+		return newErr(op, rel, ErrNoSpace)
+	}
+	if perm == 0 {
+		perm = 0o644
+	}
+	perm &= fs.ModePerm
+	dir, base := split(rel)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmpRel := base
+	if len(tmpRel) > 200 {
+		tmpRel = tmpRel[:200]
+	}
+	tmpRel = "." + tmpRel + ".wharf-tmp-" + hex.EncodeToString(rnd[:])
+	if dir != "." {
+		tmpRel = dir + "/" + tmpRel
+	}
+	tmp, err := f.s.root.OpenFile(tmpRel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	w := &File{f: tmp, s: f.s, rel: rel, write: true}
+	done := false
+	defer func() {
+		if !done {
+			_ = tmp.Close()
+			_ = f.s.root.Remove(tmpRel)
+			f.s.release(w.size)
+		}
+	}()
+	if _, err := io.Copy(w, r); err != nil {
+		return wrap(op, rel, err)
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		return wrap(op, rel, err)
+	}
+	f.s.fchown(tmp)
+	if err := tmp.Sync(); err != nil {
+		return wrap(op, rel, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return wrap(op, rel, err)
+	}
+	var old int64
+	if fi, err := f.s.root.Lstat(rel); err == nil && fi.Mode().IsRegular() && nlink(fi) <= 1 {
+		old = fi.Size()
+	}
+	if replace {
+		if err := f.s.root.Rename(tmpRel, rel); err != nil {
+			return wrap(op, rel, err)
+		}
+		f.s.release(old)
+	} else {
+		// Link refuses an existing target atomically (EEXIST).
+		if err := f.s.root.Link(tmpRel, rel); err != nil {
+			return wrap(op, rel, err)
+		}
+		_ = f.s.root.Remove(tmpRel)
+	}
+	done = true
+	if d, err := f.s.root.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// Mkdir creates the directory name (its parent must exist; ErrExist when
+// it does).
+func (f *FS) Mkdir(name string, perm fs.FileMode) error {
+	const op = "mkdir"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return newErr(op, rel, ErrExist)
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if f.s.limit.Load() < 0 {
+		return newErr(op, rel, ErrNoSpace)
+	}
+	if perm == 0 {
+		perm = 0o755
+	}
+	perm &= fs.ModePerm
+	if err := f.s.root.Mkdir(rel, perm); err != nil {
+		return wrap(op, rel, err)
+	}
+	_ = f.s.root.Chmod(rel, perm)
+	f.s.chown(rel)
+	return nil
+}
+
+// MkdirAll creates name and any missing parents (mode perm, 0755 when 0,
+// owned by the configured owner). Existing directories, and in-root links
+// to directories, are accepted.
+func (f *FS) MkdirAll(name string, perm fs.FileMode) error {
+	rel, err := clean("mkdir", name)
+	if err != nil {
+		return err
+	}
+	return f.mkdirAll(rel, perm)
+}
+
+func (f *FS) mkdirAll(rel string, perm fs.FileMode) error {
+	const op = "mkdir"
+	if rel == "." {
+		return nil
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if f.s.limit.Load() < 0 {
+		return newErr(op, rel, ErrNoSpace)
+	}
+	if perm == 0 {
+		perm = 0o755
+	}
+	perm &= fs.ModePerm
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		err := f.s.root.Mkdir(p, perm)
+		if err == nil {
+			_ = f.s.root.Chmod(p, perm)
+			f.s.chown(p)
+			continue
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return wrap(op, rel, err)
+		}
+		fi, err := f.s.root.Stat(p)
+		if err != nil {
+			return wrap(op, rel, err)
+		}
+		if !fi.IsDir() {
+			return newErr(op, rel, ErrNotDir)
+		}
+	}
+	return nil
+}
+
+// Rename moves oldname to newname, creating newname's missing parent
+// directories. It refuses an existing newname (ErrExist) and the root
+// itself. A symbolic link is moved as a link.
+func (f *FS) Rename(oldname, newname string) error {
+	const op = "rename"
+	oldRel, err := clean(op, oldname)
+	if err != nil {
+		return err
+	}
+	newRel, err := clean(op, newname)
+	if err != nil {
+		return err
+	}
+	if oldRel == "." || newRel == "." {
+		return newErr(op, oldRel, ErrInvalid)
+	}
+	if err := f.checkDeny(op, oldRel); err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, newRel); err != nil {
+		return err
+	}
+	if _, err := f.s.root.Lstat(newRel); err == nil {
+		return newErr(op, newRel, ErrExist)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return wrap(op, newRel, err)
+	}
+	if dir, _ := split(newRel); dir != "." {
+		if _, err := f.s.root.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			if err := f.mkdirAll(dir, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return wrap(op, oldRel, f.s.root.Rename(oldRel, newRel))
+}
+
+// Remove removes a file, an empty directory or a symbolic link (the link,
+// never its target).
+func (f *FS) Remove(name string) error {
+	const op = "remove"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return newErr(op, rel, ErrInvalid)
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	fi, lerr := f.s.root.Lstat(rel)
+	if err := f.s.root.Remove(rel); err != nil {
+		return wrap(op, rel, err)
+	}
+	if lerr == nil && fi.Mode().IsRegular() && nlink(fi) <= 1 {
+		f.s.release(fi.Size())
+	}
+	return nil
+}
+
+// RemoveAll removes name and everything below it; a symbolic link is
+// removed as a link. A missing name is not an error. RemoveAll of the root
+// ("/" or "") empties the root and keeps the directory. The denylist is
+// checked on name only, not on what lies below it.
+func (f *FS) RemoveAll(name string) error {
+	const op = "remove"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if rel == "." {
+		entries, err := f.ReadDir(".")
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := f.s.root.RemoveAll(e.Name()); err != nil {
+				return wrap(op, e.Name(), err)
+			}
+		}
+		f.s.used.Store(0)
+		return nil
+	}
+	size, _ := f.s.du(context.Background(), rel)
+	if err := f.s.root.RemoveAll(rel); err != nil {
+		return wrap(op, rel, err)
+	}
+	f.s.release(size)
+	return nil
+}
+
+// Chmod changes the permission bits of name (following in-root links; a
+// link leading out of the root is refused). Only the 0777 bits are kept:
+// setuid, setgid and sticky are dropped.
+func (f *FS) Chmod(name string, mode fs.FileMode) error {
+	const op = "chmod"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	return wrap(op, rel, f.s.root.Chmod(rel, mode&fs.ModePerm))
+}
+
+// Lchown changes the owner of name itself (a link, not its target).
+func (f *FS) Lchown(name string, uid, gid int) error {
+	const op = "chown"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	return wrap(op, rel, f.s.root.Lchown(rel, uid, gid))
+}
+
+// Chown changes the owner of name, following in-root links.
+func (f *FS) Chown(name string, uid, gid int) error {
+	const op = "chown"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	return wrap(op, rel, f.s.root.Chown(rel, uid, gid))
+}
+
+// Chtimes changes the access and modification times of name, following
+// in-root links (a link leading out of the root is refused).
+func (f *FS) Chtimes(name string, atime, mtime time.Time) error {
+	const op = "chtimes"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	return wrap(op, rel, f.s.root.Chtimes(rel, atime, mtime))
+}
+
+// Lchtimes changes the times of name itself (a link, not its target).
+func (f *FS) Lchtimes(name string, atime, mtime time.Time) error {
+	const op = "chtimes"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if rel == "." {
+		return wrap(op, rel, f.s.root.Chtimes(rel, atime, mtime))
+	}
+	dir, base := split(rel)
+	d, err := f.s.root.Open(dir)
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	defer d.Close()
+	rc, err := d.SyscallConn()
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	var uerr error
+	if err := rc.Control(func(fd uintptr) {
+		uerr = unix.UtimesNanoAt(int(fd), base, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}); err != nil {
+		return wrap(op, rel, err)
+	}
+	return wrap(op, rel, uerr)
+}
+
+// Symlink creates the symbolic link name with the given target. The target
+// is stored as data (archives may hold any link); nothing is ever resolved
+// through it out of the root.
+func (f *FS) Symlink(target, name string) error {
+	const op = "symlink"
+	rel, err := clean(op, name)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return newErr(op, rel, ErrExist)
+	}
+	if target == "" || strings.IndexByte(target, 0) >= 0 {
+		return newErr(op, rel, ErrInvalid)
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return err
+	}
+	if f.s.limit.Load() < 0 {
+		return newErr(op, rel, ErrNoSpace)
+	}
+	if err := f.s.root.Symlink(target, rel); err != nil {
+		return wrap(op, rel, err)
+	}
+	f.s.chown(rel)
+	return nil
+}
+
+// Copy copies the regular file src to dst, which must not exist (ErrExist):
+// the caller chooses the name of the copy. The copy has src's permission
+// bits and the configured owner, counts against the disk limit while it is
+// written, and appears whole or not at all.
+func (f *FS) Copy(src, dst string) error {
+	const op = "copy"
+	dstRel, err := clean(op, dst)
+	if err != nil {
+		return err
+	}
+	if err := f.checkDeny(op, dstRel); err != nil {
+		return err
+	}
+	in, err := f.open(op, src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return newErr(op, in.rel, ErrIsDir)
+	}
+	if !fi.Mode().IsRegular() {
+		return newErr(op, in.rel, ErrInvalid)
+	}
+	if err := f.HasSpaceFor(fi.Size()); err != nil {
+		return newErr(op, dstRel, ErrNoSpace)
+	}
+	return f.writeAtomic(op, dstRel, in, fi.Mode().Perm(), false)
+}
+
+// ---- disk usage ----
+
+// Usage returns the cached disk usage in bytes (the last RefreshUsage plus
+// what was written and removed through the FS since). It never blocks.
+func (f *FS) Usage() int64 { return f.s.used.Load() }
+
+// RefreshUsage walks the root (never following symbolic links, counting a
+// file with several hard links once, counting the apparent size of regular
+// files), stores the result as the cached usage and returns it. Writes that
+// happen during the walk may be counted twice or not at all until the next
+// refresh. Concurrent calls are serialised.
+func (f *FS) RefreshUsage(ctx context.Context) (int64, error) {
+	f.s.refreshMu.Lock()
+	defer f.s.refreshMu.Unlock()
+	n, err := f.s.du(ctx, ".")
+	if err != nil {
+		return f.s.used.Load(), err
+	}
+	f.s.used.Store(n)
+	return n, nil
+}
+
+// HasSpaceFor returns ErrNoSpace when delta more bytes would exceed the
+// disk limit, or when the limit is -1.
+func (f *FS) HasSpaceFor(delta int64) error {
+	lim := f.s.limit.Load()
+	if lim < 0 {
+		return ErrNoSpace
+	}
+	if lim > 0 && delta > 0 && f.s.used.Load()+delta > lim {
+		return ErrNoSpace
+	}
+	return nil
+}
+
+// reserve adds n bytes to the usage, or fails with ErrNoSpace if that
+// would cross the limit.
+func (s *state) reserve(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	for {
+		lim := s.limit.Load()
+		if lim < 0 {
+			return ErrNoSpace
+		}
+		cur := s.used.Load()
+		if lim > 0 && cur+n > lim {
+			return ErrNoSpace
+		}
+		if s.used.CompareAndSwap(cur, cur+n) {
+			return nil
+		}
+	}
+}
+
+func (s *state) release(n int64) {
+	if n <= 0 {
+		return
+	}
+	for {
+		cur := s.used.Load()
+		nv := cur - n
+		if nv < 0 {
+			nv = 0
+		}
+		if s.used.CompareAndSwap(cur, nv) {
+			return
+		}
+	}
+}
+
+func nlink(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

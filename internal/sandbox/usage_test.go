@@ -1,0 +1,145 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// TestUsageCountsHardLinksOnce: a file with three names counts once.
+func TestUsageCountsHardLinksOnce(t *testing.T) {
+	fx := newFixture(t)
+	f := fx.fs
+	if err := f.WriteFileAtomic("big.bin", bytes.NewReader(make([]byte, 1000)), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"h1", "inside/h2"} {
+		if err := os.Link(filepath.Join(fx.root, "big.bin"), filepath.Join(fx.root, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := f.RefreshUsage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(1000 + len("inside data") + len("top")); u != want {
+		t.Fatalf("usage = %d, want %d", u, want)
+	}
+	if f.Usage() != u {
+		t.Fatal("Usage() is not the refreshed value")
+	}
+}
+
+// TestCreateModesAndOwner: new files are 0644 and directories 0755 whatever
+// the umask, and get the configured owner.
+func TestCreateModesAndOwner(t *testing.T) {
+	fx := newFixture(t, Options{UID: 1234, GID: 5678})
+	f := fx.fs
+	if err := f.MkdirAll("a/b", 0); err != nil {
+		t.Fatal(err)
+	}
+	w, err := f.Create("a/b/c.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	if err := f.Symlink("c.txt", "a/b/l"); err != nil {
+		t.Fatal(err)
+	}
+	for p, mode := range map[string]os.FileMode{"a": 0o755 | os.ModeDir, "a/b": 0o755 | os.ModeDir, "a/b/c.txt": 0o644} {
+		fi, err := os.Lstat(filepath.Join(fx.root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != mode {
+			t.Errorf("%s mode %v, want %v", p, fi.Mode(), mode)
+		}
+		if uid, gid := owner(fi); os.Geteuid() == 0 && (uid != 1234 || gid != 5678) {
+			t.Errorf("%s owner %d:%d", p, uid, gid)
+		}
+	}
+	if fi, _ := os.Lstat(filepath.Join(fx.root, "a/b/l")); os.Geteuid() == 0 {
+		if uid, _ := owner(fi); uid != 1234 {
+			t.Errorf("link owner %d", uid)
+		}
+	}
+}
+
+// TestErrorsNameRelativePaths: errors satisfy errors.Is for the sentinels
+// and the fs equivalents, and name the path relative to the root.
+func TestErrorsNameRelativePaths(t *testing.T) {
+	fx := newFixture(t)
+	_, err := fx.fs.Open("/plugins/none.jar")
+	if err == nil || err.Error() != "open /plugins/none.jar: file does not exist" {
+		t.Fatalf("error text %q", err)
+	}
+	if err := fx.fs.Copy("top.txt", "inside/file.txt"); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("copy onto existing = %v", err)
+	}
+	if err := fx.fs.Remove("/"); err == nil {
+		t.Fatal("removing the root succeeded")
+	}
+	if _, err := fx.fs.ReadFile("top.txt", 2); err == nil {
+		t.Fatal("ReadFile limit not enforced")
+	}
+}
+
+// FuzzResolve: whatever the name, anything an operation creates lies inside
+// the root and nothing outside changes.
+func FuzzResolve(f *testing.F) {
+	for _, n := range append(hostileNames, "a/b/c", "/x", "goodlink/y", "inside/../z", "a//b/./c/", "\x00", "....//x") {
+		f.Add(n)
+	}
+	fx := newFixture(f)
+	before := fx.snapshot(f)
+	f.Fuzz(func(t *testing.T, name string) {
+		if w, err := fx.fs.Create(name); err == nil {
+			_, _ = w.Write([]byte("x"))
+			_ = w.Close()
+		}
+		_ = fx.fs.MkdirAll(name+"/d", 0)
+		_ = fx.fs.WriteFileAtomic(name+".a", bytes.NewReader([]byte("y")), 0)
+		_ = fx.fs.Chmod(name, 0o777)
+		_ = fx.fs.Symlink("/", name+".l")
+		_, _ = fx.fs.ReadFile(name, 0)
+		fx.assertOutsideUnchanged(t, before)
+	})
+}
+
+// BenchmarkUsageWalk: RefreshUsage over a tree of 100 000 files.
+func BenchmarkUsageWalk(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds a 100 000-file tree")
+	}
+	dir := b.TempDir()
+	const files, perDir = 100_000, 1000
+	for d := range files / perDir {
+		sub := filepath.Join(dir, "d"+strconv.Itoa(d/10), "e"+strconv.Itoa(d))
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for i := range perDir {
+			if err := os.WriteFile(filepath.Join(sub, strconv.Itoa(i)), []byte("0123456789"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	f, err := New(dir, Options{UID: -1, GID: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.ResetTimer()
+	for b.Loop() {
+		n, err := f.RefreshUsage(context.Background())
+		if err != nil || n != files*10 {
+			b.Fatalf("usage %d, %v", n, err)
+		}
+	}
+	b.ReportMetric(float64(files), "files/op")
+}

@@ -1,0 +1,149 @@
+package sandbox
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// Walk walks the tree at dir like fs.WalkDir: fn is called for dir and for
+// every entry below it, in lexical order, with paths relative to the root
+// ("." for the root, "plugins/x.jar" below it). Symbolic links are reported
+// as entries (d.Type() has fs.ModeSymlink) and never followed, dir itself
+// included. d.Info() is the entry's own lstat data, taken relative to its
+// parent directory's descriptor. fs.SkipDir and fs.SkipAll work as in
+// fs.WalkDir. A directory swapped for something else during the walk is
+// skipped and reported to fn with ErrOutsideRoot.
+func (f *FS) Walk(dir string, fn fs.WalkDirFunc) error {
+	return f.WalkContext(context.Background(), dir, fn)
+}
+
+// WalkContext is Walk that stops with ctx.Err() when ctx is done.
+func (f *FS) WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) error {
+	rel, err := clean("walk", dir)
+	if err != nil {
+		return err
+	}
+	return f.s.walk(ctx, rel, fn)
+}
+
+func (s *state) walk(ctx context.Context, rel string, fn fs.WalkDirFunc) error {
+	fi, err := s.root.Lstat(rel)
+	if err != nil {
+		err = fn(rel, nil, wrap("walk", rel, err))
+	} else {
+		err = s.walkDir(ctx, s.root, rel, rel, fs.FileInfoToDirEntry(fi), fn)
+	}
+	if err == fs.SkipDir || err == fs.SkipAll {
+		return nil
+	}
+	return err
+}
+
+func (s *state) walkDir(ctx context.Context, parent *os.Root, base, rel string, d fs.DirEntry, fn fs.WalkDirFunc) error {
+	if err := fn(rel, d, nil); err != nil || !d.IsDir() {
+		if err == fs.SkipDir && d.IsDir() {
+			err = nil
+		}
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sub, entries, err := openDir(parent, base, d)
+	if err != nil {
+		err = fn(rel, d, wrap("walk", rel, err))
+		if err == fs.SkipDir {
+			err = nil
+		}
+		return err
+	}
+	defer sub.Close()
+	for _, e := range entries {
+		child := e.Name()
+		if rel != "." {
+			child = rel + "/" + child
+		}
+		if err := s.walkDir(ctx, sub, e.Name(), child, e, fn); err != nil {
+			if err == fs.SkipDir {
+				break
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// openDir opens the directory base of parent as a new root and lists it,
+// after checking that what was opened is the directory that was lstat-ed
+// (d): a directory swapped for a link between the listing and the open is
+// not walked into.
+func openDir(parent *os.Root, base string, d fs.DirEntry) (*os.Root, []fs.DirEntry, error) {
+	want, err := d.Info()
+	if err != nil {
+		return nil, nil, err
+	}
+	sub, err := parent.OpenRoot(base)
+	if err != nil {
+		return nil, nil, err
+	}
+	got, err := sub.Stat(".")
+	if err != nil {
+		_ = sub.Close()
+		return nil, nil, err
+	}
+	if !sameFile(want, got) {
+		_ = sub.Close()
+		return nil, nil, ErrOutsideRoot
+	}
+	dir, err := sub.Open(".")
+	if err != nil {
+		_ = sub.Close()
+		return nil, nil, err
+	}
+	entries, err := dir.ReadDir(-1)
+	_ = dir.Close()
+	if err != nil {
+		_ = sub.Close()
+		return nil, nil, err
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return sub, entries, nil
+}
+
+func sameFile(a, b fs.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+type inode struct{ dev, ino uint64 }
+
+// du sums the apparent sizes of the regular files at and below rel,
+// counting each inode once and never following links.
+func (s *state) du(ctx context.Context, rel string) (int64, error) {
+	var total int64
+	seen := map[inode]struct{}{}
+	err := s.walk(ctx, rel, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d == nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			k := inode{uint64(st.Dev), st.Ino}
+			if _, dup := seen[k]; dup {
+				return nil
+			}
+			seen[k] = struct{}{}
+		}
+		total += fi.Size()
+		return nil
+	})
+	return total, err
+}
