@@ -66,9 +66,6 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	cfg := s.deps.Config.Get()
-	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
-		return false, err
-	}
 	scriptDir := filepath.Join(cfg.System.TmpDirectory, uuid)
 	if err := os.MkdirAll(scriptDir, 0o700); err != nil {
 		return false, err

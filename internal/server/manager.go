@@ -18,6 +18,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // ErrExists is returned when a server with that UUID is already on this node.
@@ -72,17 +73,32 @@ func (m *Manager) Add(def Definition) (*Server, error) {
 	if _, ok := m.servers[def.Config.UUID]; ok {
 		return nil, ErrExists
 	}
-	var files Files
-	if m.deps.OpenFiles != nil {
-		f, err := m.deps.OpenFiles(def.Config.UUID, def.Config)
-		if err != nil {
-			return nil, fmt.Errorf("server %s: %w", def.Config.UUID, err)
-		}
-		files = f
+	files, err := m.openFiles(def.Config)
+	if err != nil {
+		return nil, fmt.Errorf("server %s: %w", def.Config.UUID, err)
 	}
 	s := newServer(m.ctx, m.deps, def, files, m.recordState)
 	m.servers[def.Config.UUID] = s
 	return s, nil
+}
+
+// openFiles opens the server's data directory as its sandbox, owned by the
+// system user so that the container's user can write to it.
+func (m *Manager) openFiles(c Configuration) (*sandbox.FS, error) {
+	cfg := m.deps.Config.Get()
+	root := filepath.Join(cfg.System.Data, c.UUID)
+	uid, gid := cfg.System.User.UID, cfg.System.User.GID
+	files, err := sandbox.New(root, sandbox.Options{UID: uid, GID: gid, Denylist: c.Egg.FileDenylist, DiskLimit: c.Build.DiskLimitBytes()})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(root, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Lchown(root, uid, gid); err != nil && !os.IsPermission(err) {
+		return nil, err
+	}
+	return files, nil
 }
 
 // remove unregisters a server.
@@ -145,10 +161,6 @@ func (m *Manager) Restore(ctx context.Context) {
 }
 
 func (m *Manager) restoreOne(ctx context.Context, s *Server, saved State) {
-	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
-		s.log.Error("cannot create the data directory", "error", err)
-		return
-	}
 	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := m.deps.Runtime.Inspect(ictx, s.UUID())
@@ -230,9 +242,6 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 	}
 	s, err := m.Add(def)
 	if err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(s.DataDir(), 0o755); err != nil {
 		return nil, err
 	}
 	s.goServer(func() {

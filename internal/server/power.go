@@ -172,7 +172,7 @@ func (s *Server) start(ctx context.Context) error {
 	if def.Config.Suspended {
 		return ErrSuspended
 	}
-	if limit := def.Config.Build.DiskLimitBytes(); limit != 0 && s.files != nil {
+	if limit := def.Config.Build.DiskLimitBytes(); limit != 0 {
 		s.daemonMessage("Checking server disk space usage, this could take a few seconds...")
 		used, err := s.files.RefreshUsage(ctx)
 		if err != nil {
@@ -183,8 +183,9 @@ func (s *Server) start(ctx context.Context) error {
 			return ErrDiskSpace
 		}
 	}
-	if s.deps.BeforeStart != nil {
-		if err := s.deps.BeforeStart(ctx, s); err != nil {
+	s.updateConfigurationFiles(ctx, def)
+	if s.deps.Config.Get().System.CheckPermissionsOnBoot {
+		if err := s.fixOwnership(ctx); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // State is a server's process state, as the wire shows it.
@@ -52,27 +52,12 @@ type Details struct {
 	Configuration Configuration `json:"configuration"`
 }
 
-// Files is the server's confined filesystem, as the domain needs it.
-type Files interface {
-	// Usage is the cached disk usage in bytes; it never blocks.
-	Usage() int64
-	// RefreshUsage walks the directory and updates the cache.
-	RefreshUsage(ctx context.Context) (int64, error)
-	// SetDiskLimit changes the write limit (bytes; 0 unlimited, -1 no writes).
-	SetDiskLimit(limit int64)
-}
-
 // Deps are the node-wide parts every server uses.
 type Deps struct {
 	Runtime runtime.Runtime
 	Panel   *panel.Client
 	Config  *config.Store
 	Log     *slog.Logger
-	// OpenFiles returns the confined filesystem of a server's data directory.
-	OpenFiles func(uuid string, c Configuration) (Files, error)
-	// BeforeStart runs the last pre-start steps (configuration files,
-	// ownership) after the sync, suspension and disk checks.
-	BeforeStart func(ctx context.Context, s *Server) error
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -110,7 +95,7 @@ type Server struct {
 	events   *events.Bus
 	console  *ring
 	throttle *throttle
-	files    Files
+	files    *sandbox.FS
 	sessions sessions
 
 	diskMu       sync.Mutex
@@ -129,7 +114,7 @@ type containerRun struct {
 }
 
 // newServer builds a server; the manager calls it.
-func newServer(parent context.Context, deps *Deps, def Definition, files Files, onState func(string, State)) *Server {
+func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
 	cfg := deps.Config.Get()
 	s := &Server{
@@ -155,9 +140,6 @@ func newServer(parent context.Context, deps *Deps, def Definition, files Files, 
 			return t.Lines, time.Duration(t.LineResetInterval) * time.Millisecond
 		},
 	}
-	if files != nil {
-		files.SetDiskLimit(def.Config.Build.DiskLimitBytes())
-	}
 	return s
 }
 
@@ -178,13 +160,11 @@ func (s *Server) UUID() string {
 // Events is the server's event bus.
 func (s *Server) Events() *events.Bus { return s.events }
 
-// Files is the server's confined filesystem.
-func (s *Server) Files() Files { return s.files }
+// Files is the server's confined filesystem: the only way its files are touched.
+func (s *Server) Files() *sandbox.FS { return s.files }
 
-// DataDir is the host directory of the server's files.
-func (s *Server) DataDir() string {
-	return filepath.Join(s.deps.Config.Get().System.Data, s.UUID())
-}
+// DataDir is the host directory of the server's files (for the container mount).
+func (s *Server) DataDir() string { return s.files.Root() }
 
 // Definition returns the current configuration.
 func (s *Server) Definition() Definition {
@@ -225,9 +205,7 @@ func (s *Server) Utilization() Utilization {
 	defer s.mu.RUnlock()
 	u := s.util
 	u.State = s.state
-	if s.files != nil {
-		u.DiskBytes = s.files.Usage()
-	}
+	u.DiskBytes = s.files.Usage()
 	if s.state != Offline && !s.startedAt.IsZero() {
 		u.Uptime = s.deps.now().Sub(s.startedAt).Milliseconds()
 	}
@@ -250,9 +228,6 @@ func (s *Server) Details() Details {
 // maybeRefreshDisk refreshes the cached disk usage in the background when it
 // is older than system.disk_check_interval; a read never waits for a walk.
 func (s *Server) maybeRefreshDisk() {
-	if s.files == nil {
-		return
-	}
 	interval := time.Duration(s.deps.Config.Get().System.DiskCheckInterval) * time.Second
 	s.diskMu.Lock()
 	defer s.diskMu.Unlock()
@@ -359,6 +334,7 @@ func (s *Server) ConsoleLines(n int) []string { return s.console.last(n) }
 // close stops every goroutine of the server without touching its container.
 func (s *Server) close() {
 	s.cancel()
+	defer s.files.Close()
 	s.mu.Lock()
 	run := s.run
 	s.mu.Unlock()

@@ -60,7 +60,6 @@ func (s *Server) apply(def Definition) {
 		s.util.MemoryLimitBytes = uint64(max(0, def.Config.Build.MemoryLimit)) * mib
 	}
 	s.mu.Unlock()
-	if s.files != nil {
-		s.files.SetDiskLimit(def.Config.Build.DiskLimitBytes())
-	}
+	s.files.SetDiskLimit(def.Config.Build.DiskLimitBytes())
+	s.files.SetDenylist(def.Config.Egg.FileDenylist)
 }
