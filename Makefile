@@ -5,7 +5,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 # Tests share one Docker engine and a 2-core machine: keep package parallelism low.
 TESTFLAGS ?= -race -p 2 -timeout 25m
 
-.PHONY: build test lint bench dev clean
+.PHONY: build test lint bench fuzz dev clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/wharf ./cmd/wharf
@@ -18,6 +18,16 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
+
+# Every fuzz target, each for a short bounded time (CI runs this too).
+FUZZTIME ?= 5s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./internal/...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$f"; \
+	    out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg 2>&1) || { echo "$$out"; exit 1; }; \
+	  done; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -p 1 -timeout 60m ./...
