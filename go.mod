@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/go-git/go-git/v5 v5.19.3
+	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/go-cmp v0.7.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.47.0
 )
 
