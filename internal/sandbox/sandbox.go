@@ -310,6 +310,9 @@ func (f *FS) Create(name string) (*File, error) {
 // enforces the disk limit on every write (ErrNoSpace mid-stream), and a new
 // file gets mode perm (0644 when perm is 0, regardless of umask) and the
 // configured owner. When the limit is -1, opening for writing is refused.
+// O_CREATE never creates a file through a symbolic link, even one whose
+// missing target would lie inside the root (that gives ErrNotExist; a link
+// leading out gives ErrOutsideRoot): creation happens with O_EXCL first.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	const op = "open"
 	if !isWrite(flag) {
