@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/tokens"
 )
 
 // Options configure one run of the daemon.
@@ -107,8 +109,16 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	})
 
+	oneTime, err := tokens.OpenOneTimeStore(filepath.Join(store.Get().System.RootDirectory, "used-token-ids"), time.Now)
+	if err != nil {
+		return fmt.Errorf("one-time token store: %w", err)
+	}
+	defer oneTime.Close()
+	verifier := tokens.NewVerifier(func() []byte { return []byte(store.Get().Token) }, time.Now)
+
 	api := httpapi.New(httpapi.Deps{
 		Config: store, Panel: client, Servers: servers, Log: log,
+		Tokens: verifier, OneTime: oneTime,
 		Version: opts.Version, BootTime: opts.BootTime,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})

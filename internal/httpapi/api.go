@@ -12,13 +12,18 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/tokens"
 )
 
 // Deps are the parts of the daemon the API drives.
 type Deps struct {
-	Config   *config.Store
-	Panel    *panel.Client
-	Servers  *server.Manager
+	Config  *config.Store
+	Panel   *panel.Client
+	Servers *server.Manager
+	// Tokens verifies the JWTs of signed URLs, websockets and transfers.
+	Tokens *tokens.Verifier
+	// OneTime remembers the one-time ids of signed URLs.
+	OneTime  *tokens.OneTimeStore
 	Log      *slog.Logger
 	Version  string
 	BootTime time.Time

@@ -9,7 +9,9 @@ import (
 	"net/http"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/tokens"
 )
 
 // errorBody is the shape of every error answer.
@@ -39,6 +41,23 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		tooLarge  *http.MaxBytesError
 	)
 	switch {
+	case errors.Is(err, tokens.ErrInvalidToken):
+		// Which check failed is not the client's business (and never the token itself).
+		writeError(w, r, http.StatusUnauthorized, "The signed token is invalid, expired, or was already used.")
+	case errors.Is(err, sandbox.ErrOutsideRoot), errors.Is(err, sandbox.ErrNotExist):
+		writeError(w, r, http.StatusNotFound, "The requested file does not exist.")
+	case errors.Is(err, sandbox.ErrDenied):
+		writeError(w, r, http.StatusForbidden, "This file cannot be modified: present in egg denylist.")
+	case errors.Is(err, sandbox.ErrIsDir):
+		writeError(w, r, http.StatusBadRequest, "Cannot perform that action: file is a directory.")
+	case errors.Is(err, sandbox.ErrNotDir):
+		writeError(w, r, http.StatusBadRequest, "Cannot perform that action: a part of the path is not a directory.")
+	case errors.Is(err, sandbox.ErrNoSpace):
+		writeError(w, r, http.StatusBadRequest, "There is not enough disk space available to perform that action.")
+	case errors.Is(err, sandbox.ErrExist):
+		writeError(w, r, http.StatusConflict, "The destination already exists.")
+	case errors.Is(err, sandbox.ErrTooLarge):
+		writeError(w, r, http.StatusBadRequest, "The file is too large for this action.")
 	case errors.Is(err, server.ErrInstalling), errors.Is(err, server.ErrTransferring), errors.Is(err, server.ErrRestoring),
 		errors.Is(err, server.ErrExists), errors.Is(err, server.ErrLocked):
 		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")

@@ -7,6 +7,9 @@ type authKind int
 const (
 	// authBearer: the node token in "Authorization: Bearer <token>".
 	authBearer authKind = iota
+	// authSigned: the handler verifies a JWT itself (a signed URL's token
+	// query, a transfer's Authorization header, a websocket's first message).
+	authSigned
 )
 
 type route struct {
@@ -20,6 +23,10 @@ type route struct {
 // answered with 404 or 405.
 func (a *API) routes() []route {
 	return []route{
+		// Signed URLs for end users (JWT in the query).
+		{"GET /download/file", authSigned, http.HandlerFunc(a.getDownloadFile)},
+		{"POST /upload/file", authSigned, http.HandlerFunc(a.postUploadFile)},
+
 		// Node
 		{"GET /api/system", authBearer, http.HandlerFunc(a.getSystem)},
 		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
