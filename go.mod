@@ -15,6 +15,8 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
+require github.com/coder/websocket v1.8.15
+
 require (
 	github.com/Microsoft/go-winio v0.6.4 // indirect
 	github.com/beevik/etree v1.8.1
@@ -47,7 +49,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
+	golang.org/x/time v0.16.0
 	gopkg.in/warnings.v0 v0.1.2 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
 )
