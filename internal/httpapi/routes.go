@@ -7,6 +7,9 @@ type authKind int
 const (
 	// authBearer: the node token in "Authorization: Bearer <token>".
 	authBearer authKind = iota
+	// authSelf: the handler authenticates the caller itself (the websocket
+	// with a JWT in its first message).
+	authSelf
 )
 
 type route struct {
@@ -25,6 +28,7 @@ func (a *API) routes() []route {
 		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
 		{"GET /api/servers", authBearer, http.HandlerFunc(a.listServers)},
 		{"POST /api/servers", authBearer, http.HandlerFunc(a.postServers)},
+		{"POST /api/deauthorize-user", authBearer, http.HandlerFunc(a.postDeauthorize)},
 
 		// Server lifecycle
 		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
@@ -35,5 +39,8 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
 		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
+
+		// Websocket console
+		{"GET /api/servers/{server}/ws", authSelf, http.HandlerFunc(a.getWebsocket)},
 	}
 }
