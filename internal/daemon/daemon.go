@@ -18,6 +18,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
@@ -25,6 +26,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/wsapi"
 )
 
 // Options configure one run of the daemon.
@@ -116,10 +118,40 @@ func Run(ctx context.Context, opts Options) error {
 	defer oneTime.Close()
 	verifier := tokens.NewVerifier(func() []byte { return []byte(store.Get().Token) }, time.Now)
 
+	acts, err := activity.Open(filepath.Join(store.Get().System.RootDirectory, "activity"), log)
+	if err != nil {
+		return fmt.Errorf("activity queue: %w", err)
+	}
+	defer acts.Close()
+	actsCtx, stopActs := context.WithCancel(ctx)
+	defer stopActs() // before acts.Close and wg.Wait, also when serve fails
+	wg.Go(func() {
+		acts.Run(actsCtx, client.SendActivity,
+			func() time.Duration { return time.Duration(store.Get().System.ActivitySendInterval) * time.Second },
+			func() int { return store.Get().System.ActivitySendCount })
+	})
+
+	denylist := tokens.NewDenylist(opts.BootTime)
+	hub := wsapi.NewHub(wsapi.Options{
+		Verifier: verifier,
+		Denylist: denylist,
+		Activity: acts,
+		LogCount: func() int { return store.Get().System.WebsocketLogCount },
+		Log:      log,
+		// One full console throttle window fits in a socket's queue, so a
+		// flood that the throttle lets through (and its notice) reaches
+		// every client that keeps reading.
+		QueueSize: max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256),
+	})
+	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
+	// them with 1012 before the servers stop.
+	defer hub.Close()
+
 	api := httpapi.New(httpapi.Deps{
 		Config: store, Panel: client, Servers: servers, Log: log,
 		Tokens: verifier, OneTime: oneTime,
 		Version: opts.Version, BootTime: opts.BootTime,
+		Denylist: denylist, Websockets: hub,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 
 // node is one running wharf daemon with its fake panel.
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	URL     string
 	Token   string
 	Config  *config.Config
@@ -80,7 +80,7 @@ type nodeOptions struct {
 	servers []devpanel.Server
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func freePort(t *testing.T) int {
 // startNode writes a config, starts the fake panel and the daemon, and waits
 // until the API answers. The daemon is stopped with SIGTERM at cleanup and
 // must exit 0.
-func startNode(t *testing.T, opts nodeOptions) *node {
+func startNode(t testing.TB, opts nodeOptions) *node {
 	t.Helper()
 	dir := t.TempDir()
 	const tokenID, token = "e2etokenid", "e2e-node-token-7f3c9a1b5d"

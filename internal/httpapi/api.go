@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/wsapi"
 )
 
 // Deps are the parts of the daemon the API drives.
@@ -27,6 +28,10 @@ type Deps struct {
 	Log      *slog.Logger
 	Version  string
 	BootTime time.Time
+	// Denylist refuses websocket tokens of deauthorized users.
+	Denylist *tokens.Denylist
+	// Websockets serves the websocket console.
+	Websockets *wsapi.Hub
 	// OnConfigApplied runs after POST /api/update applied a new configuration.
 	OnConfigApplied func(old, next *config.Config)
 }

@@ -32,6 +32,7 @@ func (a *API) routes() []route {
 		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
 		{"GET /api/servers", authBearer, http.HandlerFunc(a.listServers)},
 		{"POST /api/servers", authBearer, http.HandlerFunc(a.postServers)},
+		{"POST /api/deauthorize-user", authBearer, http.HandlerFunc(a.postDeauthorize)},
 
 		// Server lifecycle
 		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
@@ -42,5 +43,8 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
 		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
+
+		// Websocket console
+		{"GET /api/servers/{server}/ws", authSigned, http.HandlerFunc(a.getWebsocket)},
 	}
 }

@@ -1,0 +1,194 @@
+// Package wsapi is the per-server websocket console: authentication with
+// the panel's JWTs, permissions, inbound events (power, commands, log
+// replay, stats), outbound event fan-out from the server's event bus, and
+// the limits that keep one client from hurting the server or the others
+// (sockets per server, frame size, inbound rate, bounded send queues).
+//
+// The HTTP layer upgrades the connection (internal/httpapi) and hands it to
+// Hub.Serve, which returns when the socket is closed and every goroutine of
+// the session has ended.
+package wsapi
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/tokens"
+)
+
+// Server is what a websocket session needs of a server; *server.Server
+// implements it.
+type Server interface {
+	UUID() string
+	Events() *events.Bus
+	State() server.State
+	IsSuspended() bool
+	IsRestoring() bool
+	IsInstalling() bool
+	IsTransferring() bool
+	Utilization() server.Utilization
+	PowerAsync(a server.PowerAction, wait time.Duration) error
+	SendCommand(line string) error
+	ConsoleLines(n int) []string
+	AddSession(sess server.Session) (remove func())
+}
+
+// ActivityRecorder queues activity records for the backend (internal/activity).
+type ActivityRecorder interface {
+	Record(a panel.Activity)
+}
+
+// Defaults of the Options that are left zero.
+const (
+	DefaultMaxPerServer  = 30
+	DefaultReadLimit     = 4096
+	DefaultAuthTimeout   = 10 * time.Second
+	DefaultExpiryWarning = 60 * time.Second
+	DefaultSlowClient    = 5 * time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultQueueSize     = 512
+	DefaultLogCount      = 150
+)
+
+// Options configure a Hub. Verifier and Denylist are required.
+type Options struct {
+	Verifier *tokens.Verifier
+	Denylist *tokens.Denylist
+	// Activity receives power actions and console commands; nil drops them.
+	Activity ActivityRecorder
+	// LogCount is how many console lines `send logs` replays
+	// (system.websocket_log_count); DefaultLogCount when nil or <= 0.
+	LogCount func() int
+	Log      *slog.Logger
+	Now      func() time.Time
+
+	MaxPerServer  int           // sockets per server, including unauthenticated ones
+	ReadLimit     int64         // largest inbound frame; a larger one closes the socket
+	AuthTimeout   time.Duration // an unauthenticated socket is closed after this
+	ExpiryWarning time.Duration // `token expiring` this long before exp
+	// SlowClient: a socket whose event queue stays full this long is closed.
+	SlowClient time.Duration
+	// WriteTimeout bounds one frame write; a client that does not read is
+	// closed when it passes.
+	WriteTimeout time.Duration
+	QueueSize    int // outbound events queued per socket
+}
+
+// Hub owns every websocket session of the daemon.
+type Hub struct {
+	opts Options
+
+	mu        sync.Mutex
+	perServer map[string]int
+	sessions  map[*session]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// NewHub returns a Hub; zero options take their defaults.
+func NewHub(opts Options) *Hub {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.LogCount == nil {
+		opts.LogCount = func() int { return DefaultLogCount }
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.AuthTimeout, DefaultAuthTimeout)
+	def(&opts.ExpiryWarning, DefaultExpiryWarning)
+	def(&opts.SlowClient, DefaultSlowClient)
+	def(&opts.WriteTimeout, DefaultWriteTimeout)
+	if opts.MaxPerServer <= 0 {
+		opts.MaxPerServer = DefaultMaxPerServer
+	}
+	if opts.ReadLimit <= 0 {
+		opts.ReadLimit = DefaultReadLimit
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	return &Hub{opts: opts, perServer: map[string]int{}, sessions: map[*session]struct{}{}}
+}
+
+// Reserve takes one of the server's socket slots before the upgrade; ok is
+// false when all are taken (or the hub is closed). release must be called
+// once the socket has ended.
+func (h *Hub) Reserve(serverUUID string) (release func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.perServer[serverUUID] >= h.opts.MaxPerServer {
+		return nil, false
+	}
+	h.perServer[serverUUID]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.perServer[serverUUID]--; h.perServer[serverUUID] <= 0 {
+				delete(h.perServer, serverUUID)
+			}
+		})
+	}, true
+}
+
+// Count reports how many sockets of the server are open or being opened.
+func (h *Hub) Count(serverUUID string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.perServer[serverUUID]
+}
+
+// Serve runs one websocket session until it ends. ctx is the request's
+// context: when it ends (daemon shutdown), the socket is closed with 1012.
+func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, srv Server, ip string) {
+	s := newSession(h, conn, srv, ip)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		_ = conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
+		return
+	}
+	h.sessions[s] = struct{}{}
+	h.wg.Add(1)
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.sessions, s)
+		h.mu.Unlock()
+		h.wg.Done()
+	}()
+	stop := context.AfterFunc(ctx, func() { s.Close(int(websocket.StatusServiceRestart), "daemon is shutting down") })
+	defer stop()
+	s.run()
+}
+
+// Close closes every open socket with 1012 (service restart), refuses new
+// ones, and waits until all sessions have ended.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	all := make([]*session, 0, len(h.sessions))
+	for s := range h.sessions {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.Close(int(websocket.StatusServiceRestart), "daemon is shutting down")
+	}
+	h.wg.Wait()
+}
