@@ -151,7 +151,7 @@ func Run(ctx context.Context, opts Options) error {
 		Config: store, Panel: client, Servers: servers, Log: log,
 		Tokens: verifier, OneTime: oneTime,
 		Version: opts.Version, BootTime: opts.BootTime,
-		Denylist: denylist, Websockets: hub,
+		Denylist: denylist, Websockets: hub, Activity: acts,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)

@@ -40,7 +40,7 @@ func TestNoDescriptorLeakAfterThousandOperations(t *testing.T) {
 	// Warm up lazily opened descriptors (log files, the one-time store, ...).
 	for i := 0; i < 20; i++ {
 		call("GET", "/api/system", "Bearer "+n.Token)
-		call("GET", "/download/file?token="+n.sign(downloadClaims("hello.txt")), "")
+		call("GET", "/download/file?token="+n.signURL(downloadClaims("hello.txt")), "")
 	}
 	time.Sleep(200 * time.Millisecond)
 	before := n.openFDs()
@@ -51,11 +51,11 @@ func TestNoDescriptorLeakAfterThousandOperations(t *testing.T) {
 		case 1:
 			call("GET", "/api/system", "Bearer wrong")
 		case 2:
-			call("GET", "/download/file?token="+n.sign(downloadClaims("../../etc/passwd")), "")
+			call("GET", "/download/file?token="+n.signURL(downloadClaims("../../etc/passwd")), "")
 		case 3:
-			call("GET", "/download/file?token="+n.sign(map[string]any{"file_path": "hello.txt", "server_uuid": signedServer, "unique_id": uuid.NewString(), "exp": 1}), "")
+			call("GET", "/download/file?token="+n.signURL(map[string]any{"file_path": "hello.txt", "server_uuid": signedServer, "unique_id": uuid.NewString(), "exp": 1}), "")
 		case 4:
-			call("GET", "/download/file?token="+n.sign(downloadClaims("hello.txt")), "")
+			call("GET", "/download/file?token="+n.signURL(downloadClaims("hello.txt")), "")
 		}
 	}
 	// Connections close asynchronously; give them a moment.

@@ -25,7 +25,7 @@ import (
 
 const signedServer = "3c5e7a9b-1d2f-4a6b-8c0d-2e4f6a8b0c1d"
 
-func (n *node) sign(claims map[string]any) string {
+func (n *node) signURL(claims map[string]any) string {
 	n.t.Helper()
 	if _, ok := claims["exp"]; !ok {
 		claims["exp"] = time.Now().Add(10 * time.Minute).Unix()
@@ -75,7 +75,7 @@ func assertJSONError(t *testing.T, res *http.Response, body []byte, want int) {
 
 func TestDownloadFile(t *testing.T) {
 	n := signedNode(t, nil)
-	tok := n.sign(downloadClaims("/hello.txt"))
+	tok := n.signURL(downloadClaims("/hello.txt"))
 	res, body := n.get("/download/file?token=" + tok)
 	if res.StatusCode != 200 || string(body) != "hello, world\n" {
 		t.Fatalf("download: %d %q", res.StatusCode, body)
@@ -91,7 +91,7 @@ func TestDownloadFile(t *testing.T) {
 	assertJSONError(t, res, body, 401)
 
 	// Range requests.
-	req, _ := http.NewRequest("GET", n.URL+"/download/file?token="+n.sign(downloadClaims("hello.txt")), nil)
+	req, _ := http.NewRequest("GET", n.URL+"/download/file?token="+n.signURL(downloadClaims("hello.txt")), nil)
 	req.Header.Set("Range", "bytes=7-11")
 	rres, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -128,14 +128,14 @@ func TestDownloadFileRefusals(t *testing.T) {
 		{"garbage", "?token=abc.def.ghi", 401},
 		{"bad signature", "?token=" + otherKey, 401},
 		{"alg none", "?token=" + noneTok(nil), 401},
-		{"expired", "?token=" + n.sign(map[string]any{"file_path": "hello.txt", "server_uuid": signedServer, "unique_id": uuid.NewString(), "exp": time.Now().Add(-time.Minute).Unix()}), 401},
-		{"websocket token", "?token=" + n.sign(map[string]any{"user_uuid": uuid.NewString(), "server_uuid": signedServer, "permissions": []string{"*"}, "jti": "j"}), 401},
-		{"upload token", "?token=" + n.sign(map[string]any{"user_uuid": uuid.NewString(), "server_uuid": signedServer, "unique_id": uuid.NewString()}), 401},
-		{"unknown server", "?token=" + n.sign(map[string]any{"file_path": "hello.txt", "server_uuid": uuid.NewString(), "unique_id": uuid.NewString()}), 404},
-		{"missing file", "?token=" + n.sign(downloadClaims("nope.txt")), 404},
-		{"escape", "?token=" + n.sign(downloadClaims("../../../../etc/passwd")), 404},
-		{"directory", "?token=" + n.sign(downloadClaims("dir")), 400},
-		{"denylisted", "?token=" + n.sign(downloadClaims("x.secret")), 403},
+		{"expired", "?token=" + n.signURL(map[string]any{"file_path": "hello.txt", "server_uuid": signedServer, "unique_id": uuid.NewString(), "exp": time.Now().Add(-time.Minute).Unix()}), 401},
+		{"websocket token", "?token=" + n.signURL(map[string]any{"user_uuid": uuid.NewString(), "server_uuid": signedServer, "permissions": []string{"*"}, "jti": "j"}), 401},
+		{"upload token", "?token=" + n.signURL(map[string]any{"user_uuid": uuid.NewString(), "server_uuid": signedServer, "unique_id": uuid.NewString()}), 401},
+		{"unknown server", "?token=" + n.signURL(map[string]any{"file_path": "hello.txt", "server_uuid": uuid.NewString(), "unique_id": uuid.NewString()}), 404},
+		{"missing file", "?token=" + n.signURL(downloadClaims("nope.txt")), 404},
+		{"escape", "?token=" + n.signURL(downloadClaims("../../../../etc/passwd")), 404},
+		{"directory", "?token=" + n.signURL(downloadClaims("dir")), 400},
+		{"denylisted", "?token=" + n.signURL(downloadClaims("x.secret")), 403},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,7 +147,7 @@ func TestDownloadFileRefusals(t *testing.T) {
 
 func TestDownloadFileConcurrentUseOnlyOnce(t *testing.T) {
 	n := signedNode(t, nil)
-	tok := n.sign(downloadClaims("hello.txt"))
+	tok := n.signURL(downloadClaims("hello.txt"))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -178,7 +178,7 @@ func TestDownloadFileNameHeaderInjection(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(n.dataDir(signedServer), name), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, body := n.get("/download/file?token=" + n.sign(downloadClaims(name)))
+	res, body := n.get("/download/file?token=" + n.signURL(downloadClaims(name)))
 	if res.StatusCode != 200 || string(body) != "x" {
 		t.Fatalf("%d %q", res.StatusCode, body)
 	}
@@ -194,7 +194,7 @@ func TestDownloadFileNameHeaderInjection(t *testing.T) {
 // refuses the same token after it restarts.
 func TestOneTimeIDSurvivesKill9(t *testing.T) {
 	n := signedNode(t, nil)
-	tok := n.sign(downloadClaims("hello.txt"))
+	tok := n.signURL(downloadClaims("hello.txt"))
 	if res, _ := n.get("/download/file?token=" + tok); res.StatusCode != 200 {
 		t.Fatalf("first use: %d", res.StatusCode)
 	}
@@ -230,10 +230,10 @@ func uploadClaims() map[string]any {
 }
 
 func TestUpload(t *testing.T) {
-	n := signedNode(t, func(c *config.Config) { c.API.UploadLimit = 1 })
+	n := signedNode(t, func(c *config.Config) { c.API.UploadLimit = 1; c.System.ActivitySendInterval = 1 })
 	dir := n.dataDir(signedServer)
 
-	res, body := n.upload("?directory=/plugins/new&token="+n.sign(uploadClaims()), map[string][]byte{"a.jar": []byte("AAAA"), "b.txt": []byte("BB")})
+	res, body := n.upload("?directory=/plugins/new&token="+n.signURL(uploadClaims()), map[string][]byte{"a.jar": []byte("AAAA"), "b.txt": []byte("BB")})
 	if res.StatusCode != 200 {
 		t.Fatalf("upload: %d %s", res.StatusCode, body)
 	}
@@ -248,9 +248,14 @@ func TestUpload(t *testing.T) {
 		}
 	}
 
+	call, ok := n.Panel.WaitForCall("POST", "/activity", 15*time.Second)
+	if !ok || !bytes.Contains(call.Body, []byte(`"server:file.uploaded"`)) || !bytes.Contains(call.Body, []byte(`"a.jar"`)) {
+		t.Fatalf("no server:file.uploaded activity reached the panel: %s", call.Body)
+	}
+
 	// attacks.md D8: over the limit → 400 and no partial file.
 	big := bytes.Repeat([]byte("x"), 1024*1024+1)
-	res, body = n.upload("?directory=/&token="+n.sign(uploadClaims()), map[string][]byte{"big.bin": big})
+	res, body = n.upload("?directory=/&token="+n.signURL(uploadClaims()), map[string][]byte{"big.bin": big})
 	assertJSONError(t, res, body, 400)
 	if _, err := os.Stat(filepath.Join(dir, "big.bin")); !os.IsNotExist(err) {
 		t.Fatal("a partial file was left behind")
@@ -258,11 +263,11 @@ func TestUpload(t *testing.T) {
 	assertNoTempFiles(t, dir)
 
 	// Denylisted name → 403.
-	res, body = n.upload("?directory=/&token="+n.sign(uploadClaims()), map[string][]byte{"x.secret": []byte("s")})
+	res, body = n.upload("?directory=/&token="+n.signURL(uploadClaims()), map[string][]byte{"x.secret": []byte("s")})
 	assertJSONError(t, res, body, 403)
 
 	// A download token is not an upload token.
-	res, body = n.upload("?directory=/&token="+n.sign(downloadClaims("hello.txt")), map[string][]byte{"c.txt": []byte("c")})
+	res, body = n.upload("?directory=/&token="+n.signURL(downloadClaims("hello.txt")), map[string][]byte{"c.txt": []byte("c")})
 	assertJSONError(t, res, body, 401)
 }
 
@@ -274,7 +279,7 @@ func TestUploadThroughSymlinkOutside(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(n.dataDir(signedServer), "escape")); err != nil {
 		t.Fatal(err)
 	}
-	res, body := n.upload("?directory=/escape&token="+n.sign(uploadClaims()), map[string][]byte{"pwned.txt": []byte("x")})
+	res, body := n.upload("?directory=/escape&token="+n.signURL(uploadClaims()), map[string][]byte{"pwned.txt": []byte("x")})
 	if res.StatusCode == 200 {
 		t.Fatalf("upload through an outside link succeeded: %s", body)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
@@ -32,6 +33,8 @@ type Deps struct {
 	Denylist *tokens.Denylist
 	// Websockets serves the websocket console.
 	Websockets *wsapi.Hub
+	// Activity queues activity records for the backend; nil records nothing.
+	Activity *activity.Queue
 	// OnConfigApplied runs after POST /api/update applied a new configuration.
 	OnConfigApplied func(old, next *config.Config)
 }

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
 	"unicode"
 
+	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -182,7 +184,13 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		stored = append(stored, target)
-		a.Log.Info("file uploaded", "server", s.UUID(), "file", target, "user", claims.UserUUID)
+		if a.Activity != nil {
+			user := claims.UserUUID
+			a.Activity.Record(panel.Activity{
+				User: &user, Server: s.UUID(), Event: "server:file.uploaded", IP: a.clientIP(r), Timestamp: time.Now().UTC(),
+				Metadata: map[string]any{"file": name, "directory": path.Join("/", dir)},
+			})
+		}
 	}
 	if len(stored) == 0 {
 		writeError(w, r, http.StatusBadRequest, "No files were found on the request body.")

@@ -239,12 +239,14 @@ func (s *session) authenticate(raw string) {
 	s.authd = true
 	s.claims.Store(c)
 	s.perms = newPermissions(c.Permissions)
+	// The writer answers `auth success` when it takes the token, so that
+	// nothing the new token triggers (an immediate `token expiring`) can
+	// overtake it.
 	select {
 	case s.out <- outItem{token: c}:
 	case <-s.ctx.Done():
 		return
 	}
-	s.send(events.New(EventAuthSuccess))
 	if !first {
 		return
 	}
@@ -372,6 +374,9 @@ func (s *session) writeLoop() {
 					subC = sub.C
 					watchdog = time.NewTicker(time.Second)
 					watchdogC = watchdog.C
+				}
+				if !s.write(events.New(EventAuthSuccess)) {
+					return
 				}
 				untilExp := c.ExpiresAt.Sub(opts.Now())
 				untilWarn := max(0, untilExp-opts.ExpiryWarning)
