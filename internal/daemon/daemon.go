@@ -17,6 +17,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
@@ -99,6 +100,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	servers.Restore(ctx)
 
+	// Backups and restores are jobs of the node; they end before the servers.
+	backups := backup.New(nodeCtx, store, client, log)
+	defer backups.Close()
+	backups.CleanTemporaries()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -108,7 +114,7 @@ func Run(ctx context.Context, opts Options) error {
 	})
 
 	api := httpapi.New(httpapi.Deps{
-		Config: store, Panel: client, Servers: servers, Log: log,
+		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
 		Version: opts.Version, BootTime: opts.BootTime,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
@@ -19,6 +20,7 @@ type Deps struct {
 	Config   *config.Store
 	Panel    *panel.Client
 	Servers  *server.Manager
+	Backups  *backup.Service
 	Log      *slog.Logger
 	Version  string
 	BootTime time.Time

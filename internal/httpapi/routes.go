@@ -35,5 +35,10 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
 		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
+
+		// Backups
+		{"POST /api/servers/{server}/backup", authBearer, a.withServer(a.postBackup)},
+		{"POST /api/servers/{server}/backup/{backup}/restore", authBearer, a.withServer(a.postRestore)},
+		{"DELETE /api/servers/{server}/backup/{backup}", authBearer, a.withServer(a.deleteBackup)},
 	}
 }
