@@ -155,7 +155,6 @@ func benchFS(b *testing.B, root string) *sandbox.FS {
 	return f.Trusted()
 }
 
-
 // BenchmarkBackupCreate: archive.Write of the tree into a file.
 func BenchmarkBackupCreate(b *testing.B) {
 	src, total := benchTree(b)
