@@ -19,6 +19,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/wharf/wharf/internal/activity"
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
@@ -103,6 +104,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	servers.Restore(ctx)
 
+	// Backups and restores are jobs of the node; they end before the servers.
+	backups := backup.New(nodeCtx, store, client, log)
+	defer backups.Close()
+	backups.CleanTemporaries()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -148,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer hub.Close()
 
 	api := httpapi.New(httpapi.Deps{
-		Config: store, Panel: client, Servers: servers, Log: log,
+		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
 		Tokens: verifier, OneTime: oneTime,
 		Version: opts.Version, BootTime: opts.BootTime,
 		Denylist: denylist, Websockets: hub, Activity: acts,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/activity"
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
@@ -26,6 +27,7 @@ type Deps struct {
 	Tokens *tokens.Verifier
 	// OneTime remembers the one-time ids of signed URLs.
 	OneTime  *tokens.OneTimeStore
+	Backups  *backup.Service
 	Log      *slog.Logger
 	Version  string
 	BootTime time.Time

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"net/http"
 
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -39,6 +40,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		decodeErr *config.DecodeError
 		validErr  *config.ValidationError
 		tooLarge  *http.MaxBytesError
+		download  *backup.DownloadError
 	)
 	switch {
 	case errors.Is(err, tokens.ErrInvalidToken):
@@ -69,6 +71,18 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusNotFound, "The server does not exist on the backend.")
 	case errors.Is(err, server.ErrDeleted):
 		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
+	case errors.Is(err, backup.ErrNotFound):
+		writeError(w, r, http.StatusNotFound, "The requested backup was not found on this server.")
+	case errors.Is(err, backup.ErrBadUUID):
+		writeError(w, r, http.StatusBadRequest, "The backup identifier must be a valid UUID.")
+	case errors.Is(err, backup.ErrBadAdapter):
+		writeError(w, r, http.StatusBadRequest, "The backup adapter must be one of local or object_store.")
+	case errors.Is(err, backup.ErrNoURL):
+		writeError(w, r, http.StatusBadRequest, "The download_url field is required when the backup adapter is set to object_store.")
+	case errors.As(err, &download):
+		writeError(w, r, http.StatusBadRequest, download.Error())
+	case errors.Is(err, backup.ErrRestoring), errors.Is(err, backup.ErrBusyServer), errors.Is(err, backup.ErrBackupRunning):
+		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")
 	case errors.As(err, &tooLarge):
 		writeError(w, r, http.StatusRequestEntityTooLarge, "The request body is too large.")
 	case errors.As(err, &decodeErr):

@@ -46,5 +46,10 @@ func (a *API) routes() []route {
 
 		// Websocket console
 		{"GET /api/servers/{server}/ws", authSigned, http.HandlerFunc(a.getWebsocket)},
+
+		// Backups
+		{"POST /api/servers/{server}/backup", authBearer, a.withServer(a.postBackup)},
+		{"POST /api/servers/{server}/backup/{backup}/restore", authBearer, a.withServer(a.postRestore)},
+		{"DELETE /api/servers/{server}/backup/{backup}", authBearer, a.withServer(a.deleteBackup)},
 	}
 }

@@ -1,0 +1,188 @@
+// Package backup creates, restores and deletes server backups: the local
+// adapter keeps the archive in the backup directory, the object_store
+// adapter uploads it in parts to presigned URLs handed out by the backend.
+package backup
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// Adapter is where a backup lives.
+type Adapter string
+
+// The adapters of the spec.
+const (
+	Local       Adapter = "local"
+	ObjectStore Adapter = "object_store"
+)
+
+// Errors mapped to statuses by the HTTP layer.
+var (
+	ErrBadAdapter  = errors.New("unknown backup adapter")
+	ErrBadUUID     = errors.New("the backup identifier must be a valid UUID")
+	ErrNotFound    = errors.New("the requested backup was not found on this server")
+	ErrNoURL       = errors.New("the download_url field is required when the backup adapter is object_store")
+	ErrRestoring   = errors.New("server is currently being restored")
+	ErrBusyServer  = errors.New("server is being transferred or installed")
+	ErrBadDownload = errors.New("the backup could not be downloaded")
+)
+
+// DownloadError is a refused restore download (400): bad URL, refused
+// address, status or content type. Its message never holds the URL's query.
+type DownloadError struct{ Reason string }
+
+func (e *DownloadError) Error() string { return "The backup could not be downloaded: " + e.Reason }
+func (e *DownloadError) Unwrap() error { return ErrBadDownload }
+
+// ParseAdapter accepts the spec's values and the older spellings (wings,
+// s3).
+func ParseAdapter(s string) (Adapter, error) {
+	switch strings.TrimSpace(s) {
+	case "local", "wings":
+		return Local, nil
+	case "object_store", "s3":
+		return ObjectStore, nil
+	}
+	return "", ErrBadAdapter
+}
+
+// ValidUUID reports whether s is a UUID in its canonical 36-character form.
+func ValidUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}
+
+// Server is what a backup needs of a server (*server.Server).
+type Server interface {
+	UUID() string
+	Context() context.Context
+	Files() *sandbox.FS
+	Publish(events.Event)
+	DaemonMessage(text string)
+	SetRestoring(bool) bool
+	IsRestoring() bool
+	IsTransferring() bool
+	StopForRestore(ctx context.Context, wait time.Duration) error
+}
+
+// Service runs backups and restores. Every job is a goroutine of the
+// service, stopped and waited for by Close.
+type Service struct {
+	cfg    *config.Store
+	panel  *panel.Client
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]bool // backup UUIDs being made
+}
+
+// New returns a service; ctx is the node's lifetime.
+func New(ctx context.Context, cfg *config.Store, p *panel.Client, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	return &Service{cfg: cfg, panel: p, log: log, ctx: ctx, cancel: cancel, running: map[string]bool{}}
+}
+
+// Close cancels every job and waits for them.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Wait waits for the jobs running now (tests).
+func (s *Service) Wait() { s.wg.Wait() }
+
+// jobContext ends when the service or the server ends.
+func (s *Service) jobContext(srv Server) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	stop := context.AfterFunc(srv.Context(), cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// tempPrefix starts the names of archives being written in the backup
+// directory; CleanTemporaries removes what a crash left.
+const tempPrefix = ".wharf-partial-"
+
+// LocalPath is the archive of a local backup (the spec's path).
+func LocalPath(dir, backup string) string { return filepath.Join(dir, backup+".tar.gz") }
+
+// ownerPath records which server a local backup belongs to, so that a
+// server cannot restore or delete another server's backup by its UUID.
+func ownerPath(dir, backup string) string { return filepath.Join(dir, "."+backup+".owner") }
+
+func (s *Service) dir() string { return s.cfg.Get().System.BackupDirectory }
+
+// CleanTemporaries removes partial archives left by a crash (at boot).
+func (s *Service) CleanTemporaries() {
+	entries, err := os.ReadDir(s.dir())
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tempPrefix) {
+			if err := os.Remove(filepath.Join(s.dir(), e.Name())); err == nil {
+				s.log.Info("removed a partial backup archive left by a crash", "file", e.Name())
+			}
+		}
+	}
+}
+
+// Locate returns the path of a local backup of srv, or ErrNotFound (also
+// when it belongs to another server).
+func (s *Service) Locate(srv Server, backup string) (string, error) {
+	if !ValidUUID(backup) {
+		return "", ErrBadUUID
+	}
+	dir := s.dir()
+	p := LocalPath(dir, backup)
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", ErrNotFound
+	}
+	// Archives made before Wharf (by Wings) have no owner record.
+	if owner, err := os.ReadFile(ownerPath(dir, backup)); err == nil && strings.TrimSpace(string(owner)) != srv.UUID() {
+		return "", ErrNotFound
+	}
+	return p, nil
+}
+
+// Delete removes a local backup of srv.
+func (s *Service) Delete(srv Server, backup string) error {
+	p, err := s.Locate(srv, backup)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing backup: %w", err)
+	}
+	_ = os.Remove(ownerPath(s.dir(), backup))
+	return nil
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,197 @@
+package backup
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
+)
+
+// IgnoreFile is the server-wide ignore file, used when a request gives no
+// patterns. It must be a regular file (not a link) of at most IgnoreFileMax.
+const (
+	IgnoreFile    = ".serviceignore"
+	IgnoreFileMax = 32 << 10
+)
+
+// ErrBackupRunning is returned when a backup with that UUID is being made.
+var ErrBackupRunning = errors.New("a backup with this identifier is already being made")
+
+// Create starts a backup of srv in the background. The arguments are
+// checked first; nothing is started when they are wrong.
+func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) error {
+	if !ValidUUID(backup) {
+		return ErrBadUUID
+	}
+	if adapter != Local && adapter != ObjectStore {
+		return ErrBadAdapter
+	}
+	s.mu.Lock()
+	if s.running[backup] {
+		s.mu.Unlock()
+		return ErrBackupRunning
+	}
+	s.running[backup] = true
+	s.mu.Unlock()
+	ctx, cancel := s.jobContext(srv)
+	s.wg.Go(func() {
+		defer cancel()
+		defer func() {
+			s.mu.Lock()
+			delete(s.running, backup)
+			s.mu.Unlock()
+		}()
+		s.run(ctx, srv, adapter, backup, ignore)
+	})
+	return nil
+}
+
+// Details is the outcome of a backup as reported to the backend.
+type Details struct {
+	Checksum string
+	Size     int64
+	Parts    []panel.BackupPart
+}
+
+func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, ignore string) {
+	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", adapter)
+	start := time.Now()
+	var (
+		d   Details
+		err error
+	)
+	if adapter == Local {
+		d, err = s.createLocal(ctx, srv, backup, ignore)
+	} else {
+		d, err = s.createRemote(ctx, srv, backup, ignore)
+	}
+	status := panel.BackupStatus{ChecksumType: "sha1", Parts: []panel.BackupPart{}}
+	if err != nil {
+		log.Error("backup failed", "error", err)
+	} else {
+		log.Info("backup done", "size", d.Size, "took", time.Since(start).Round(time.Millisecond))
+		status.Checksum, status.Size, status.Successful = d.Checksum, d.Size, true
+		if d.Parts != nil {
+			status.Parts = d.Parts
+		}
+	}
+	// The backend is told even when the job was cancelled.
+	nctx, ncancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer ncancel()
+	if nerr := s.panel.SetBackupStatus(nctx, backup, status); nerr != nil {
+		// The archive is kept: the backup itself succeeded or failed on its own.
+		log.Error("could not report the backup status to the backend", "successful", status.Successful, "error", nerr)
+	}
+	ev, _ := json.Marshal(map[string]any{
+		"uuid": backup, "is_successful": status.Successful, "checksum": status.Checksum,
+		"checksum_type": "sha1", "file_size": status.Size,
+	})
+	srv.Publish(events.New(events.BackupCompleted+":"+backup, string(ev)))
+	srv.Publish(events.New(events.BackupCompleted, string(ev)))
+}
+
+// ignorePatterns returns the request's patterns, or the server's ignore
+// file when there are none and it is acceptable.
+func (s *Service) ignorePatterns(srv Server, ignore string) string {
+	if ignore != "" {
+		return ignore
+	}
+	files := srv.Files().Trusted()
+	fi, err := files.Lstat(IgnoreFile)
+	if err != nil {
+		return ""
+	}
+	log := s.log.With("server", srv.UUID())
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		log.Warn("ignoring " + IgnoreFile + ": it is a symbolic link")
+		return ""
+	case !fi.Mode().IsRegular():
+		log.Warn("ignoring " + IgnoreFile + ": not a regular file")
+		return ""
+	case fi.Size() > IgnoreFileMax:
+		log.Warn("ignoring "+IgnoreFile+": larger than 32 KiB", "size", fi.Size())
+		return ""
+	}
+	b, err := files.ReadFile(IgnoreFile, IgnoreFileMax)
+	if err != nil {
+		log.Warn("ignoring "+IgnoreFile, "error", err)
+		return ""
+	}
+	// A link swapped in after the Lstat is refused here: read it again
+	// without following.
+	if fi2, err := files.Lstat(IgnoreFile); err != nil || fi2.Mode()&os.ModeSymlink != 0 {
+		return ""
+	}
+	return string(b)
+}
+
+// writeArchive writes the archive of srv to a temporary file in the backup
+// directory and returns it open, with its details. On error nothing is left.
+func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string) (*os.File, archive.Result, error) {
+	cfg := s.cfg.Get()
+	dir := cfg.System.BackupDirectory
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, archive.Result{}, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, tempPrefix+randomHex()+".tar.gz"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, archive.Result{}, err
+	}
+	fail := func(err error) (*os.File, archive.Result, error) {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return nil, archive.Result{}, err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	res, err := archive.Write(ctx, bw, srv.Files().Trusted(), archive.WriteOptions{
+		Ignore:   s.ignorePatterns(srv, ignore),
+		Level:    archive.ParseLevel(cfg.System.Backups.CompressionLevel),
+		Manifest: true,
+		TempDir:  cfg.System.TmpDirectory,
+	})
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		return fail(fmt.Errorf("writing the archive: %w", err))
+	}
+	return f, res, nil
+}
+
+func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore string) (Details, error) {
+	f, res, err := s.writeArchive(ctx, srv, ignore)
+	if err != nil {
+		return Details{}, err
+	}
+	tmp := f.Name()
+	if err := f.Close(); err != nil {
+		_ = os.Remove(tmp)
+		return Details{}, err
+	}
+	dir := filepath.Dir(tmp)
+	if err := os.WriteFile(ownerPath(dir, backup), []byte(srv.UUID()+"\n"), 0o600); err != nil {
+		_ = os.Remove(tmp)
+		return Details{}, err
+	}
+	if err := os.Rename(tmp, LocalPath(dir, backup)); err != nil {
+		_ = os.Remove(tmp)
+		return Details{}, err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return Details{Checksum: res.SHA1, Size: res.Size}, nil
+}

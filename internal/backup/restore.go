@@ -1,0 +1,148 @@
+package backup
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/events"
+)
+
+// restoreStopWait is how long a restore waits for a running server to stop.
+const restoreStopWait = 2 * time.Minute
+
+// RestoreRequest is the body of the restore endpoint.
+type RestoreRequest struct {
+	Adapter           Adapter
+	TruncateDirectory bool
+	DownloadURL       string
+}
+
+// Restore checks the request, opens the archive (for object_store: the
+// download, up to its headers) and marks the server restoring, then
+// restores in the background. Errors returned here change nothing: a
+// missing local backup is ErrNotFound, a refused download a
+// *DownloadError, a restore already running ErrRestoring.
+func (s *Service) Restore(ctx context.Context, srv Server, backup string, req RestoreRequest) error {
+	if !ValidUUID(backup) {
+		return ErrBadUUID
+	}
+	var path string
+	switch req.Adapter {
+	case Local:
+		p, err := s.Locate(srv, backup)
+		if err != nil {
+			return err
+		}
+		path = p
+	case ObjectStore:
+		if req.DownloadURL == "" {
+			return ErrNoURL
+		}
+	default:
+		return ErrBadAdapter
+	}
+	if srv.IsTransferring() {
+		return ErrBusyServer
+	}
+	if !srv.SetRestoring(true) {
+		return ErrRestoring
+	}
+	jctx, cancel := s.jobContext(srv)
+	var src io.ReadCloser
+	if req.Adapter == ObjectStore {
+		// The request is made now, so that a refused address, status or
+		// content type is answered with 400 before anything changes.
+		body, err := s.download(jctx, req.DownloadURL)
+		if err != nil {
+			cancel()
+			srv.SetRestoring(false)
+			return err
+		}
+		src = body
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			cancel()
+			srv.SetRestoring(false)
+			return ErrNotFound
+		}
+		src = f
+	}
+	s.wg.Go(func() {
+		defer cancel()
+		defer src.Close()
+		s.restore(jctx, srv, backup, req, src)
+	})
+	return nil
+}
+
+func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser) {
+	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
+	start := time.Now()
+	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
+	res, err := s.extract(ctx, srv, req, src)
+	srv.SetRestoring(false)
+	if err != nil {
+		log.Error("restore failed", "error", err)
+		srv.Publish(events.New(events.DaemonMessage, "The restoration of the backup failed: "+err.Error()))
+	} else {
+		log.Info("restore done", "files", res.Files, "bytes", res.Bytes, "verified", res.Verified, "took", time.Since(start).Round(time.Millisecond))
+		from := "local"
+		if req.Adapter == ObjectStore {
+			from = "remote"
+		}
+		srv.Publish(events.New(events.DaemonMessage, "Completed server restoration from "+from+" backup."))
+	}
+	srv.Publish(events.New(events.BackupRestoreCompleted, ""))
+	nctx, ncancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer ncancel()
+	if nerr := s.panel.SetRestoreStatus(nctx, backup, err == nil); nerr != nil {
+		log.Error("could not report the restore status to the backend", "error", nerr)
+	}
+	if _, uerr := srv.Files().RefreshUsage(context.WithoutCancel(ctx)); uerr != nil {
+		log.Warn("disk usage refresh after the restore failed", "error", uerr)
+	}
+}
+
+func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, src io.ReadCloser) (archive.ExtractResult, error) {
+	if err := srv.StopForRestore(ctx, restoreStopWait); err != nil {
+		return archive.ExtractResult{}, fmt.Errorf("the server did not stop: %w", err)
+	}
+	cfg := s.cfg.Get()
+	files := srv.Files().Trusted()
+	r := io.Reader(bufio.NewReaderSize(src, 1<<20))
+	if req.TruncateDirectory && req.Adapter == Local {
+		// The local archive is read once completely before the directory
+		// is emptied: a corrupt archive then changes nothing.
+		f, ok := src.(*os.File)
+		if !ok {
+			return archive.ExtractResult{}, errors.New("local archive is not a file")
+		}
+		if err := archive.Check(ctx, f); err != nil {
+			return archive.ExtractResult{}, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return archive.ExtractResult{}, err
+		}
+		r = bufio.NewReaderSize(f, 1<<20)
+	}
+	opts := archive.ExtractOptions{
+		WriteLimit: int64(cfg.System.Backups.WriteLimit * (1 << 20)),
+		TempDir:    cfg.System.TmpDirectory,
+		OnEntry: func(name string) {
+			srv.Publish(events.New(events.DaemonMessage, "(restoring): "+name))
+		},
+	}
+	if req.TruncateDirectory {
+		// For a download, the archive is known to be readable once its
+		// first entry was read: only then is the directory emptied.
+		opts.Ready = func() error { return files.RemoveAll(".") }
+	}
+	return archive.Extract(ctx, r, files, opts)
+}

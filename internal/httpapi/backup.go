@@ -1,0 +1,79 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/server"
+)
+
+type backupRequest struct {
+	Adapter string `json:"adapter"`
+	UUID    string `json:"uuid"`
+	Ignore  string `json:"ignore"`
+}
+
+// postBackup starts a backup: 202 at once, the outcome goes to the backend
+// and to the websocket.
+func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req backupRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	if !isUUID(req.UUID) {
+		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: uuid must be a UUID.")
+		return
+	}
+	adapter, err := backup.ParseAdapter(req.Adapter)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := a.Backups.Create(s, adapter, req.UUID, req.Ignore); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+type restoreRequest struct {
+	Adapter           string `json:"adapter"`
+	TruncateDirectory bool   `json:"truncate_directory"`
+	DownloadURL       string `json:"download_url"`
+}
+
+// postRestore checks the request (404 for a missing local backup, 400 for
+// a refused download) and restores in the background (202).
+func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	id := r.PathValue("backup")
+	if !isUUID(id) {
+		a.fail(w, r, backup.ErrBadUUID)
+		return
+	}
+	var req restoreRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	adapter, err := backup.ParseAdapter(req.Adapter)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	err = a.Backups.Restore(r.Context(), s, id, backup.RestoreRequest{
+		Adapter: adapter, TruncateDirectory: req.TruncateDirectory, DownloadURL: req.DownloadURL,
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// deleteBackup removes a local backup: 204, or 404 when absent.
+func (a *API) deleteBackup(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	if err := a.Backups.Delete(s, r.PathValue("backup")); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
