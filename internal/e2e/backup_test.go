@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -505,17 +504,4 @@ func TestBackupKill9LeavesNoArchive(t *testing.T) {
 			t.Fatalf("partial archive left after a restart: %s", e.Name())
 		}
 	}
-}
-
-func (n *node) restart() {
-	n.t.Helper()
-	n.exited = make(chan struct{})
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
-	n.waitReady()
 }

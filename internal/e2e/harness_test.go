@@ -221,3 +221,25 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 	}
 	return res, data
 }
+
+// kill9 kills the daemon without letting it clean up.
+func (n *node) kill9() {
+	n.t.Helper()
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// restart starts the daemon again on the same configuration and data.
+func (n *node) restart() {
+	n.t.Helper()
+	n.exited = make(chan struct{})
+	n.exitErr = nil
+	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	cmd, exited := n.cmd, n.exited
+	go func() { n.exitErr = cmd.Wait(); close(exited) }()
+	n.waitReady()
+}

@@ -2,17 +2,16 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha1"
 	"encoding/base64"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -299,28 +298,50 @@ func assertNoTempFiles(t *testing.T, dir string) {
 	})
 }
 
-// kill9 kills the daemon without letting it clean up.
-func (n *node) kill9() {
-	n.t.Helper()
-	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	<-n.exited
-}
-
-// restart starts the daemon again on the same configuration and data.
-func (n *node) restart() {
-	n.t.Helper()
-	n.exited = make(chan struct{})
-	n.exitErr = nil
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
-	n.waitReady()
-}
-
 func b64url(s string) string {
 	return strings.NewReplacer("+", "-", "/", "_").Replace(base64.StdEncoding.EncodeToString([]byte(s)))
+}
+
+func TestDownloadBackup(t *testing.T) {
+	other := uuid.NewString()
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
+	writeFiles(t, n.serverDir(backupServer), map[string]string{"world/level.dat": "level"})
+	id := newBackupID()
+	st := n.backup(id, "local", "")
+	if !st.Successful {
+		t.Fatalf("backup failed: %+v", st)
+	}
+	claims := func(server, backup string) map[string]any {
+		return map[string]any{"server_uuid": server, "backup_uuid": backup, "unique_id": uuid.NewString()}
+	}
+	tok := n.signURL(claims(backupServer, id))
+	res, body := n.get("/download/backup?token=" + tok)
+	if res.StatusCode != 200 {
+		t.Fatalf("download: %d %s", res.StatusCode, body)
+	}
+	if got := res.Header.Get("Content-Disposition"); got != `attachment; filename="backup-`+id+`.tar.gz"` {
+		t.Errorf("Content-Disposition = %q", got)
+	}
+	if res.Header.Get("Content-Type") != "application/octet-stream" || res.Header.Get("Content-Length") != fmt.Sprint(len(body)) {
+		t.Errorf("headers = %v (body %d bytes)", res.Header, len(body))
+	}
+	if sum := fmt.Sprintf("%x", sha1.Sum(body)); sum != st.Checksum || int64(len(body)) != st.Size {
+		t.Fatalf("downloaded %d bytes sha1 %s, the panel was told %d bytes sha1 %s", len(body), sum, st.Size, st.Checksum)
+	}
+	res, body = n.get("/download/backup?token=" + tok)
+	assertJSONError(t, res, body, 401)
+
+	for name, tc := range map[string]struct {
+		claims map[string]any
+		want   int
+	}{
+		"another server's backup": {claims(other, id), 404},
+		"missing backup":          {claims(backupServer, newBackupID()), 404},
+		"file-download token":     {map[string]any{"file_path": "x", "server_uuid": backupServer, "unique_id": uuid.NewString()}, 401},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, body := n.get("/download/backup?token=" + n.signURL(tc.claims))
+			assertJSONError(t, res, body, tc.want)
+		})
+	}
 }

@@ -25,6 +25,7 @@ func (a *API) routes() []route {
 	return []route{
 		// Signed URLs for end users (JWT in the query).
 		{"GET /download/file", authSigned, http.HandlerFunc(a.getDownloadFile)},
+		{"GET /download/backup", authSigned, http.HandlerFunc(a.getDownloadBackup)},
 		{"POST /upload/file", authSigned, http.HandlerFunc(a.postUploadFile)},
 
 		// Node

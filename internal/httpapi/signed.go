@@ -7,6 +7,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -73,6 +74,47 @@ func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Disposition", attachment(path.Base("/"+claims.FilePath)))
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// getDownloadBackup streams a local backup named in a one-time
+// backup-download token. Only backups of the server named in the token.
+func (a *API) getDownloadBackup(w http.ResponseWriter, r *http.Request) {
+	raw, ok := queryToken(w, r)
+	if !ok {
+		return
+	}
+	claims, err := a.Tokens.BackupDownload(raw)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	s, ok := a.signedServer(w, r, claims.ServerUUID)
+	if !ok {
+		return
+	}
+	if err := a.OneTime.Use(claims.UniqueID, claims.ExpiresAt); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.Backups.Locate(s, claims.BackupUUID)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Disposition", attachment("backup-"+claims.BackupUUID+".tar.gz"))
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }
