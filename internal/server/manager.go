@@ -193,6 +193,7 @@ func (s *Server) reattach(ctx context.Context, st runtime.State) error {
 	s.mu.Lock()
 	s.startedAt = st.StartedAt
 	s.mu.Unlock()
+	s.watchStats()
 	s.setState(Running)
 	s.log.Info("re-attached to the running container")
 	return nil

@@ -259,6 +259,7 @@ func (s *Server) startContainer(ctx context.Context, def Definition) error {
 		s.startedAt = st.StartedAt
 		s.mu.Unlock()
 	}
+	s.watchStats()
 	return nil
 }
 

@@ -69,7 +69,7 @@ func (s *Server) attach(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	run := &containerRun{stream: stream, cancel: cancel, done: make(chan struct{})}
+	run := &containerRun{ctx: runCtx, stream: stream, cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()
 	old := s.run
 	s.run = run
@@ -89,8 +89,19 @@ func (s *Server) attach(ctx context.Context) error {
 		s.detach()
 		return ErrDeleted
 	}
-	s.goServer(func() { s.pollStats(runCtx) })
 	return nil
+}
+
+// watchStats follows the resource usage of the attached container. It must
+// be called once the container runs: the engine ends the stats stream of a
+// container that is not running.
+func (s *Server) watchStats() {
+	s.mu.RLock()
+	run := s.run
+	s.mu.RUnlock()
+	if run != nil {
+		s.goServer(func() { s.pollStats(run.ctx) })
+	}
 }
 
 // detach drops the current attachment without touching the container.

@@ -122,6 +122,7 @@ type runningAction struct {
 
 // containerRun is one attachment to the server's container.
 type containerRun struct {
+	ctx    context.Context // ends when the attachment ends
 	stream runtime.Stream
 	cancel context.CancelFunc
 	done   chan struct{}
