@@ -26,7 +26,7 @@ import (
 // dockerEnv is a Manager with real dependencies: the Docker engine, a
 // devpanel backend over HTTP, a configuration in a temporary directory.
 type dockerEnv struct {
-	t     *testing.T
+	t     testing.TB
 	m     *Manager
 	panel *devpanel.Panel
 	cfg   *config.Store
@@ -38,7 +38,7 @@ type envOptions struct {
 	stopTimeout time.Duration
 }
 
-func newDockerEnv(t *testing.T, opts envOptions, servers ...devpanel.Server) *dockerEnv {
+func newDockerEnv(t testing.TB, opts envOptions, servers ...devpanel.Server) *dockerEnv {
 	t.Helper()
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
@@ -98,7 +98,7 @@ func newDockerEnv(t *testing.T, opts envOptions, servers ...devpanel.Server) *do
 }
 
 // testWriter sends the daemon's log to the test log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
@@ -135,7 +135,7 @@ func (e *dockerEnv) server(id string) *Server {
 }
 
 // waitState waits for a state (a generous bound: CI machines are slow).
-func waitState(t *testing.T, s *Server, want State) {
+func waitState(t testing.TB, s *Server, want State) {
 	t.Helper()
 	if !s.waitForState(context.Background(), want, 60*time.Second) {
 		t.Fatalf("server did not reach %s (state %s); console:\n%s", want, s.State(), strings.Join(s.ConsoleLines(100), "\n"))
@@ -143,7 +143,7 @@ func waitState(t *testing.T, s *Server, want State) {
 }
 
 // waitConsole waits until a console line contains substr.
-func waitConsole(t *testing.T, s *Server, substr string) {
+func waitConsole(t testing.TB, s *Server, substr string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -158,7 +158,7 @@ func waitConsole(t *testing.T, s *Server, substr string) {
 }
 
 // nextEvent returns the next event with one of the names, skipping others.
-func nextEvent(t *testing.T, sub *events.Subscription, names ...string) events.Event {
+func nextEvent(t testing.TB, sub *events.Subscription, names ...string) events.Event {
 	t.Helper()
 	timeout := time.After(60 * time.Second)
 	for {
@@ -178,7 +178,7 @@ func nextEvent(t *testing.T, sub *events.Subscription, names ...string) events.E
 	}
 }
 
-func decodeStats(t *testing.T, e events.Event) Utilization {
+func decodeStats(t testing.TB, e events.Event) Utilization {
 	t.Helper()
 	var u Utilization
 	if len(e.Args) != 1 || json.Unmarshal([]byte(e.Args[0]), &u) != nil {
