@@ -17,10 +17,12 @@ import (
 	"path/filepath"
 	"time"
 
+	dockerclient "github.com/docker/docker/client"
 	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/daemon"
+	"github.com/wharf/wharf/internal/devimage"
 	"github.com/wharf/wharf/internal/devpanel"
 )
 
@@ -55,6 +57,8 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("loading server definitions: %w", err)
 		}
 	}
+	ensureDevImages(ctx, opts.Out)
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -71,12 +75,16 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
+	example := ""
+	if ids := backend.ServerIDs(); len(ids) > 0 {
+		example = ids[0]
+	}
 	return daemon.Run(ctx, daemon.Options{
 		ConfigPath: cfgPath,
 		Version:    opts.Version,
 		BootTime:   opts.BootTime,
 		Ready: func(addr net.Addr) {
-			printWelcome(opts.Out, cfg, addr, cfgPath)
+			printWelcome(opts.Out, cfg, addr, cfgPath, example)
 		},
 	})
 }
@@ -116,7 +124,44 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func printWelcome(out io.Writer, cfg *config.Config, addr net.Addr, cfgPath string) {
+// The local images the example definitions use. They are built when
+// missing: the game server from this source tree with the Go toolchain.
+const (
+	devGameServerImage = "wharf-dev/gameserver:latest"
+	devInstallerImage  = "wharf-dev/installer:latest"
+)
+
+// ensureDevImages builds the dev images when they are missing. A failure is
+// reported and does not stop dev mode: only starting the example needs them.
+func ensureDevImages(ctx context.Context, out io.Writer) {
+	if out == nil {
+		out = io.Discard
+	}
+	cli, err := devimage.NewClient(ctx)
+	if err != nil {
+		fmt.Fprintf(out, "dev mode: Docker is not reachable (%v); servers cannot run.\n", err)
+		return
+	}
+	defer cli.Close()
+	for _, img := range []struct {
+		tag   string
+		build func(context.Context, *dockerclient.Client, string) error
+	}{
+		{devGameServerImage, devimage.GameServer},
+		{devInstallerImage, devimage.Busybox},
+	} {
+		ok, err := devimage.Exists(ctx, cli, img.tag)
+		if err == nil && ok {
+			continue
+		}
+		fmt.Fprintf(out, "dev mode: building the image %s...\n", img.tag)
+		if err := img.build(ctx, cli, img.tag); err != nil {
+			fmt.Fprintf(out, "dev mode: could not build %s: %v\n", img.tag, err)
+		}
+	}
+}
+
+func printWelcome(out io.Writer, cfg *config.Config, addr net.Addr, cfgPath, example string) {
 	if out == nil {
 		return
 	}
@@ -131,7 +176,16 @@ Wharf dev mode is running.
 Try:
   curl -s -H 'Authorization: Bearer %[4]s' %[1]s/api/system
   curl -s -H 'Authorization: Bearer %[4]s' %[1]s/api/servers
-
-Stop with Ctrl-C.
 `, base, cfg.Remote, cfgPath, cfg.Token)
+	if example != "" {
+		fmt.Fprintf(out, `
+Start the example server, then read its console:
+  curl -s -X POST -H 'Authorization: Bearer %[2]s' -H 'Content-Type: application/json' -d '{"action":"start"}' %[1]s/api/servers/%[3]s/power
+  curl -s -H 'Authorization: Bearer %[2]s' '%[1]s/api/servers/%[3]s/logs?size=20'
+Send it a command, and stop it:
+  curl -s -X POST -H 'Authorization: Bearer %[2]s' -H 'Content-Type: application/json' -d '{"commands":["echo hello"]}' %[1]s/api/servers/%[3]s/commands
+  curl -s -X POST -H 'Authorization: Bearer %[2]s' -H 'Content-Type: application/json' -d '{"action":"stop"}' %[1]s/api/servers/%[3]s/power
+`, base, cfg.Token, example)
+	}
+	fmt.Fprintf(out, "\nStop with Ctrl-C.\n")
 }

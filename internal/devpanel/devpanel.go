@@ -111,6 +111,18 @@ func (p *Panel) UpdateSettings(uuid, key string, value any) {
 	}
 }
 
+// ServerIDs returns the UUIDs of the servers, sorted.
+func (p *Panel) ServerIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.servers))
+	for id := range p.servers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // DeleteServer removes a definition.
 func (p *Panel) DeleteServer(uuid string) {
 	p.mu.Lock()

@@ -79,6 +79,9 @@ func (t *throttle) allow() (ok, firstDrop bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	limit, window := t.lines()
+	if limit <= 0 || window <= 0 {
+		return true, false // throttling disabled
+	}
 	now := t.now()
 	if now.Sub(t.start) >= window {
 		t.start, t.count, t.notified = now, 0, false

@@ -94,7 +94,7 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 
 	var output bytes.Buffer
 	readDone := make(chan struct{})
-	s.goServer(func() {
+	if !s.goServer(func() {
 		defer close(readDone)
 		_ = readLines(stream, func(line string) {
 			if output.Len() < installOutputLimit {
@@ -102,7 +102,9 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 			}
 			s.events.Publish(events.New(events.InstallOutput, line))
 		})
-	})
+	}) {
+		return false, ErrDeleted
+	}
 	s.daemonMessage("Starting installation process, this could take a few minutes...")
 	if err := rt.Start(ctx, spec.Name); err != nil {
 		_ = stream.Close()
@@ -158,10 +160,13 @@ func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir stri
 		entrypoint = "sh"
 	}
 	return runtime.ContainerSpec{
-		Name:       def.Config.UUID + "_installer",
-		Hostname:   "installer",
-		Image:      strings.TrimPrefix(image, "~"),
-		Cmd:        []string{entrypoint, "/mnt/install/install.sh"},
+		Name:     def.Config.UUID + "_installer",
+		Hostname: "installer",
+		Image:    strings.TrimPrefix(image, "~"),
+		// The entrypoint replaces the image's own, so that an image made to
+		// run a server still runs the script.
+		Entrypoint: []string{entrypoint},
+		Cmd:        []string{"/mnt/install/install.sh"},
 		Env:        EnvironmentVariables(def.Config, cfg.System.Timezone),
 		Labels:     ContainerLabels(def.Config, "server_installer"),
 		Mounts:     []runtime.Mount{{Source: s.DataDir(), Target: "/mnt/server"}, {Source: scriptDir, Target: "/mnt/install"}},

@@ -193,6 +193,7 @@ func (s *Server) reattach(ctx context.Context, st runtime.State) error {
 	s.mu.Lock()
 	s.startedAt = st.StartedAt
 	s.mu.Unlock()
+	s.watchStats()
 	s.setState(Running)
 	s.log.Info("re-attached to the running container")
 	return nil
@@ -269,9 +270,8 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	s.CloseSessions("", CloseDeleted, "server deleted")
 
 	uuid := s.UUID()
-	s.expectedExit.Store(true)
-	if err := m.deps.Runtime.Signal(ctx, uuid, "SIGKILL"); err != nil &&
-		!errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
+	// Kill cancels a power action in progress and waits for the exit.
+	if err := s.Kill(context.WithoutCancel(ctx)); err != nil {
 		s.log.Warn("killing the process before deletion failed", "error", err)
 	}
 	s.close()

@@ -20,8 +20,13 @@ const (
 	PowerKill    PowerAction = "kill"
 )
 
-// stopTimeout is how long a stop may take before it escalates to a kill.
-const stopTimeout = 10 * time.Minute
+// DefaultStopTimeout is how long a stop may take before it escalates to a
+// kill (Deps.StopTimeout overrides it).
+const DefaultStopTimeout = 10 * time.Minute
+
+// killWait bounds how long a kill waits for the process to be reported gone
+// (and for a cancelled action to unwind) before it settles the state itself.
+const killWait = 30 * time.Second
 
 // ParsePowerAction validates an action name.
 func ParsePowerAction(s string) (PowerAction, error) {
@@ -68,20 +73,27 @@ func (s *Server) PowerAsync(a PowerAction, wait time.Duration) error {
 		return err
 	}
 	if a == PowerKill {
-		s.goServer(func() { s.report(a, s.Kill(s.ctx)) })
+		if !s.goServer(func() { s.report(a, s.Kill(s.ctx)) }) {
+			return ErrDeleted
+		}
 		return nil
 	}
 	if wait <= 0 {
 		if !s.tryLock() {
 			return ErrLocked
 		}
-		s.goServer(func() {
+		if !s.goServer(func() {
 			defer s.unlock()
 			s.report(a, s.runLocked(s.ctx, a))
-		})
+		}) {
+			s.unlock()
+			return ErrDeleted
+		}
 		return nil
 	}
-	s.goServer(func() { s.report(a, s.Power(s.ctx, a, wait)) })
+	if !s.goServer(func() { s.report(a, s.Power(s.ctx, a, wait)) }) {
+		return ErrDeleted
+	}
 	return nil
 }
 
@@ -100,11 +112,25 @@ func (s *Server) Power(ctx context.Context, a PowerAction, wait time.Duration) e
 	return s.runLocked(ctx, a)
 }
 
+// runLocked runs an action while holding the power lock. The action's
+// context is cancelled by a kill, which always wins.
 func (s *Server) runLocked(ctx context.Context, a PowerAction) error {
 	// The flags may have changed while waiting for the lock.
 	if err := s.CheckPower(a); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.actionMu.Lock()
+	s.action = &runningAction{cancel: cancel, done: done}
+	s.actionMu.Unlock()
+	defer func() {
+		s.actionMu.Lock()
+		s.action = nil
+		s.actionMu.Unlock()
+		cancel()
+		close(done)
+	}()
 	switch a {
 	case PowerStart:
 		return s.start(ctx)
@@ -197,6 +223,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.startContainer(ctx, def); err != nil {
 		s.expectedExit.Store(true)
 		s.detach()
+		// The engine may have started the container although the call
+		// failed (a kill cancelled it mid-way): make sure it is not left running.
+		_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
 		s.setState(Offline)
 		return err
 	}
@@ -230,6 +259,7 @@ func (s *Server) startContainer(ctx context.Context, def Definition) error {
 		s.startedAt = st.StartedAt
 		s.mu.Unlock()
 	}
+	s.watchStats()
 	return nil
 }
 
@@ -252,12 +282,22 @@ func (s *Server) ensureImage(ctx context.Context, image string) error {
 	return err
 }
 
-// stop stops the process with its configured stop method and waits up to
-// stopTimeout; then it kills it.
+func (s *Server) stopTimeout() time.Duration {
+	if s.deps.StopTimeout > 0 {
+		return s.deps.StopTimeout
+	}
+	return DefaultStopTimeout
+}
+
+// stop stops the process with its configured stop method (a console
+// command, a signal, or the engine's stop) and waits for it to exit; when it
+// has not exited after the stop timeout, it is killed.
 func (s *Server) stop(ctx context.Context) error {
 	if s.State() == Offline {
 		return nil
 	}
+	timeout := s.stopTimeout()
+	deadline := time.Now().Add(timeout)
 	s.expectedExit.Store(true)
 	s.setState(Stopping)
 	def := s.Definition()
@@ -267,28 +307,52 @@ func (s *Server) stop(ctx context.Context) error {
 	case "command":
 		err = s.SendCommand(def.Process.Stop.Value)
 		if err != nil {
-			err = rt.Stop(ctx, name, stopTimeout)
+			err = rt.Stop(ctx, name, timeout)
 		}
 	case "signal":
 		err = rt.Signal(ctx, name, DockerSignal(def.Process.Stop.Value))
-	default:
-		err = rt.Stop(ctx, name, stopTimeout)
+	default: // "stop", and anything the panel may send that we do not know
+		err = rt.Stop(ctx, name, timeout)
 	}
-	if err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) {
-		s.log.Warn("stop failed; killing", "error", err)
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) && !errors.Is(err, runtime.ErrNotRunning) && ctx.Err() == nil {
+		s.log.Warn("stop failed; waiting for the stop timeout before killing", "error", err)
 	}
-	if s.waitForState(ctx, Offline, stopTimeout) {
+	if s.waitForState(ctx, Offline, time.Until(deadline)) {
 		return nil
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	s.daemonMessage("The server did not stop in time: killing it.")
-	return s.Kill(ctx)
+	return s.kill(ctx)
 }
 
-// Kill sends SIGKILL. It takes no lock and is never refused by the flags.
+// Kill sends SIGKILL. It takes no lock, is never refused by the flags and
+// always wins: the action holding the lock (a start in progress, the stop of
+// a restart) is cancelled first. Actions waiting for the lock are not
+// cancelled.
 func (s *Server) Kill(ctx context.Context) error {
+	s.actionMu.Lock()
+	act := s.action
+	s.actionMu.Unlock()
+	if act != nil {
+		act.cancel()
+		t := time.NewTimer(killWait)
+		select {
+		case <-act.done:
+		case <-t.C:
+			s.log.Warn("the running power action did not unwind in time; killing anyway")
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		t.Stop()
+	}
+	return s.kill(ctx)
+}
+
+// kill sends SIGKILL and waits for the exit to be reported.
+func (s *Server) kill(ctx context.Context) error {
 	if s.State() == Offline {
 		return nil
 	}
@@ -298,7 +362,7 @@ func (s *Server) Kill(ctx context.Context) error {
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
 		err = nil
 	}
-	if err == nil && !s.waitForState(ctx, Offline, 30*time.Second) && s.State() != Offline {
+	if err == nil && !s.waitForState(ctx, Offline, killWait) && s.State() != Offline {
 		// No attached process reported the exit: settle the state ourselves.
 		s.detach()
 		s.setState(Offline)

@@ -56,12 +56,20 @@ func (m doneMatcher) match(line string) bool {
 // attach connects to the container and starts the goroutines that read its
 // output and its resource usage for as long as it runs.
 func (s *Server) attach(ctx context.Context) error {
-	stream, err := s.deps.Runtime.Attach(ctx, s.UUID())
+	// The stream lives as long as the container runs, not as long as the
+	// caller (a power action) does: its context derives from the server's.
+	runCtx, cancel := context.WithCancel(s.ctx)
+	stop := context.AfterFunc(ctx, cancel) // until attached, the caller may give up
+	stream, err := s.deps.Runtime.Attach(runCtx, s.UUID())
+	if !stop() && err == nil {
+		_ = stream.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
+		cancel()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(s.ctx)
-	run := &containerRun{stream: stream, cancel: cancel, done: make(chan struct{})}
+	run := &containerRun{ctx: runCtx, stream: stream, cancel: cancel, done: make(chan struct{})}
 	s.mu.Lock()
 	old := s.run
 	s.run = run
@@ -70,16 +78,30 @@ func (s *Server) attach(ctx context.Context) error {
 		old.cancel()
 		_ = old.stream.Close()
 	}
-	s.goServer(func() {
+	if !s.goServer(func() {
 		defer close(run.done)
 		err := readLines(stream, s.onOutput)
 		if err != nil && runCtx.Err() == nil {
 			s.log.Debug("console stream ended with an error", "error", err)
 		}
 		s.onStreamEnd(runCtx, run)
-	})
-	s.goServer(func() { s.pollStats(runCtx) })
+	}) {
+		s.detach()
+		return ErrDeleted
+	}
 	return nil
+}
+
+// watchStats follows the resource usage of the attached container. It must
+// be called once the container runs: the engine ends the stats stream of a
+// container that is not running.
+func (s *Server) watchStats() {
+	s.mu.RLock()
+	run := s.run
+	s.mu.RUnlock()
+	if run != nil {
+		s.goServer(func() { s.pollStats(run.ctx) })
+	}
 }
 
 // detach drops the current attachment without touching the container.
@@ -159,12 +181,30 @@ func (s *Server) SendCommand(line string) error {
 	if run == nil || !st.IsRunning() && st != Stopping {
 		return ErrNotRunning
 	}
+	cmd := sanitizeCommand(line)
+	// The stop command typed by a user is a stop, not a crash to restart from.
+	isStop := s.isStopCommand(cmd)
+	if isStop {
+		s.expectedExit.Store(true)
+	}
 	run.mu.Lock()
-	defer run.mu.Unlock()
-	if _, err := run.stream.Write([]byte(sanitizeCommand(line) + "\n")); err != nil {
+	_, err := run.stream.Write([]byte(cmd + "\n"))
+	run.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("writing to the server's console: %w", err)
 	}
+	if isStop && s.State().IsRunning() {
+		s.setState(Stopping)
+	}
 	return nil
+}
+
+// isStopCommand reports whether cmd is the server's stop command.
+func (s *Server) isStopCommand(cmd string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	stop := s.def.Process.Stop
+	return stop.Type == "command" && stop.Value != "" && strings.TrimSpace(cmd) == strings.TrimSpace(stop.Value)
 }
 
 // pollStats follows the runtime's resource samples while the container runs.
@@ -196,6 +236,9 @@ func (s *Server) pollStats(ctx context.Context) {
 
 // handleCrash decides whether to restart after the process exited on its own.
 func (s *Server) handleCrash(st runtime.State) {
+	if s.State() != Offline {
+		return // started again in the meantime
+	}
 	cfg := s.deps.Config.Get().System.CrashDetection
 	def := s.Definition()
 	if !def.Config.CrashDetectionEnabled || !cfg.Enabled {

@@ -60,6 +60,9 @@ type Deps struct {
 	Log     *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// StopTimeout is how long a stop may take before it escalates to a
+	// kill; DefaultStopTimeout (10 minutes) when zero.
+	StopTimeout time.Duration
 }
 
 // Server is one game server.
@@ -72,6 +75,12 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	goMu   sync.Mutex // guards closed against wg.Add after close began
+	closed bool
+
+	// action is the power action holding the lock, so that a kill can cancel it.
+	actionMu sync.Mutex
+	action   *runningAction
 
 	mu          sync.RWMutex
 	def         Definition
@@ -105,8 +114,15 @@ type Server struct {
 	onState func(uuid string, st State)
 }
 
+// runningAction is the power action currently holding the lock.
+type runningAction struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
 // containerRun is one attachment to the server's container.
 type containerRun struct {
+	ctx    context.Context // ends when the attachment ends
 	stream runtime.Stream
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -137,6 +153,9 @@ func newServer(parent context.Context, deps *Deps, def Definition, files *sandbo
 		now: deps.now,
 		lines: func() (int, time.Duration) {
 			t := deps.Config.Get().Throttles
+			if !t.Enabled {
+				return 0, 0
+			}
 			return t.Lines, time.Duration(t.LineResetInterval) * time.Millisecond
 		},
 	}
@@ -235,7 +254,7 @@ func (s *Server) maybeRefreshDisk() {
 		return
 	}
 	s.diskInFlight = true
-	s.goServer(func() {
+	started := s.goServer(func() {
 		_, err := s.files.RefreshUsage(s.ctx)
 		if err != nil && s.ctx.Err() == nil {
 			s.log.Warn("disk usage walk failed", "error", err)
@@ -245,11 +264,21 @@ func (s *Server) maybeRefreshDisk() {
 		s.diskRefresh = s.deps.now()
 		s.diskMu.Unlock()
 	})
+	if !started {
+		s.diskInFlight = false
+	}
 }
 
-// goServer runs fn in a goroutine owned by the server (waited for by Close).
-func (s *Server) goServer(fn func()) {
+// goServer runs fn in a goroutine owned by the server (waited for by
+// close). Once close has begun, nothing is started and it reports false.
+func (s *Server) goServer(fn func()) bool {
+	s.goMu.Lock()
+	defer s.goMu.Unlock()
+	if s.closed {
+		return false
+	}
 	s.wg.Go(fn)
+	return true
 }
 
 // setState moves the state machine; a transition not in the table is refused
@@ -333,6 +362,9 @@ func (s *Server) ConsoleLines(n int) []string { return s.console.last(n) }
 
 // close stops every goroutine of the server without touching its container.
 func (s *Server) close() {
+	s.goMu.Lock()
+	s.closed = true
+	s.goMu.Unlock()
 	s.cancel()
 	defer s.files.Close()
 	s.mu.Lock()

@@ -28,12 +28,26 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
 
-	opts := networkCreateOptions(spec, true)
+	opts := networkCreateOptions(spec, true, true)
 	_, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
 	if err != nil && spec.IPv4Subnet != "" && isPoolOverlap(err) {
 		r.log.Warn("network subnet overlaps an existing network; letting the engine choose one",
 			"network", spec.Name, "subnet", spec.IPv4Subnet, "error", err)
-		_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(spec, false))
+		_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(spec, false, true))
+	}
+	if err != nil && spec.EnableIPv6 && spec.IPv6Subnet != "" && isPoolOverlap(err) {
+		// The IPv6 subnet overlaps too (another node's network on the same
+		// engine): let the engine choose that one as well.
+		r.log.Warn("network IPv6 subnet overlaps an existing network; letting the engine choose one",
+			"network", spec.Name, "subnet", spec.IPv6Subnet, "error", err)
+		_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(spec, false, false))
+		if err != nil && !cerrdefs.IsConflict(err) {
+			r.log.Warn("the engine cannot choose an IPv6 subnet; creating the network without IPv6",
+				"network", spec.Name, "error", err)
+			noV6 := spec
+			noV6.EnableIPv6 = false
+			_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(noV6, false, false))
+		}
 	}
 	created := err == nil
 	if err != nil && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "already exists") {
@@ -55,9 +69,9 @@ func isPoolOverlap(err error) bool {
 	return strings.Contains(msg, "overlap") || strings.Contains(msg, "pool") && strings.Contains(msg, "in use")
 }
 
-// networkCreateOptions builds the create request; withV4 false leaves the
-// IPv4 subnet and gateway to the engine.
-func networkCreateOptions(spec runtime.NetworkSpec, withV4 bool) network.CreateOptions {
+// networkCreateOptions builds the create request; withV4 (withV6) false
+// leaves the IPv4 (IPv6) subnet and gateway to the engine.
+func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) network.CreateOptions {
 	driver := spec.Driver
 	if driver == "" {
 		driver = "bridge"
@@ -66,7 +80,7 @@ func networkCreateOptions(spec runtime.NetworkSpec, withV4 bool) network.CreateO
 	if withV4 && spec.IPv4Subnet != "" {
 		ipam = append(ipam, network.IPAMConfig{Subnet: spec.IPv4Subnet, Gateway: spec.IPv4Gate})
 	}
-	if spec.EnableIPv6 && spec.IPv6Subnet != "" {
+	if withV6 && spec.EnableIPv6 && spec.IPv6Subnet != "" {
 		ipam = append(ipam, network.IPAMConfig{Subnet: spec.IPv6Subnet, Gateway: spec.IPv6Gate})
 	}
 	options := map[string]string{}

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/testimages"
+)
+
+// kill9 kills the daemon the hard way: nothing is saved, nothing detached.
+func (n *node) kill9() {
+	n.t.Helper()
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// restart starts the daemon again on the same configuration and data.
+func (n *node) restart() {
+	n.t.Helper()
+	n.exited = make(chan struct{})
+	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	exited := n.exited
+	cmd := n.cmd
+	go func() { n.exitErr = cmd.Wait(); close(exited) }()
+	n.waitReady()
+}
+
+// newGameServer is a test server with a fresh UUID whose container is
+// removed when the test ends.
+func newGameServer(t *testing.T) devpanel.Server {
+	t.Helper()
+	testimages.RequireDocker(t)
+	testimages.GameServer(context.Background(), t)
+	s := gameServer(uuid.NewString())
+	removeContainersAtCleanup(t, s.UUID)
+	return s
+}
+
+func removeContainersAtCleanup(t *testing.T, id string) {
+	cli := testimages.Client(t)
+	t.Cleanup(func() {
+		for _, name := range []string{id, id + "_installer"} {
+			_ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
+		}
+	})
+}
+
+func (n *node) power(id, action string) {
+	n.t.Helper()
+	res, body := n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": action}, "")
+	if res.StatusCode != 202 {
+		n.t.Fatalf("power %s: %d %s", action, res.StatusCode, body)
+	}
+}
+
+func (n *node) command(id string, cmds ...string) {
+	n.t.Helper()
+	res, body := n.request("POST", "/api/servers/"+id+"/commands", map[string]any{"commands": cmds}, "")
+	if res.StatusCode != 204 {
+		n.t.Fatalf("commands %v: %d %s", cmds, res.StatusCode, body)
+	}
+}
+
+// waitLog waits until a console line (of the last 100) contains substr.
+func (n *node) waitLog(id, substr string) []string {
+	n.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lines := n.logs(id)
+		for _, l := range lines {
+			if strings.Contains(l, substr) {
+				return lines
+			}
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("console never showed %q:\n%s\n\ndaemon log:\n%s", substr, strings.Join(lines, "\n"), n.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var containerRemoveForce = container.RemoveOptions{Force: true, RemoveVolumes: true}
