@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,28 +12,6 @@ import (
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 )
-
-// kill9 kills the daemon the hard way: nothing is saved, nothing detached.
-func (n *node) kill9() {
-	n.t.Helper()
-	_ = n.cmd.Process.Signal(syscall.SIGKILL)
-	<-n.exited
-}
-
-// restart starts the daemon again on the same configuration and data.
-func (n *node) restart() {
-	n.t.Helper()
-	n.exited = make(chan struct{})
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	exited := n.exited
-	cmd := n.cmd
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
-	n.waitReady()
-}
 
 // newGameServer is a test server with a fresh UUID whose container is
 // removed when the test ends.
