@@ -1,0 +1,398 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+var mtime = time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
+
+func newFS(t *testing.T, root string) *sandbox.FS {
+	t.Helper()
+	f, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f.Trusted()
+}
+
+// buildTree makes a small server tree with every kind of entry.
+func buildTree(t *testing.T, root string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "world", "region"), 0o750))
+	must(os.MkdirAll(filepath.Join(root, "empty", "deeper"), 0o700))
+	must(os.MkdirAll(filepath.Join(root, "logs"), 0o755))
+	files := map[string]string{
+		"server.properties":     "motd=hi\n",
+		"world/level.dat":       strings.Repeat("level", 1000),
+		"world/region/r.0.mca":  strings.Repeat("\x00\x01chunk", 5000),
+		"logs/latest.log":       "log line\n",
+		"run.sh":                "#!/bin/sh\n",
+		"weird\nname\\x":        "escaped",
+		"plugins.jar":           string(bytes.Repeat([]byte{0xde, 0xad}, 70000)),
+		"world/region/empty.db": "",
+	}
+	for name, data := range files {
+		must(os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
+		must(os.WriteFile(filepath.Join(root, name), []byte(data), 0o644))
+	}
+	must(os.Chmod(filepath.Join(root, "run.sh"), 0o750))
+	must(os.Symlink("/etc", filepath.Join(root, "etc-link")))
+	must(os.Symlink("world/level.dat", filepath.Join(root, "level-link")))
+	must(os.Symlink("../../outside", filepath.Join(root, "world", "out-link")))
+	must(filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		return os.Chtimes(p, mtime, mtime)
+	}))
+	must(os.Chmod(filepath.Join(root, "world"), 0o750)) // mode only; mtime set above
+}
+
+// snapshot describes a tree: mode, mtime, content or link target per name.
+func snapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		desc := fi.Mode().String()
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			tgt, _ := os.Readlink(p)
+			desc += " -> " + tgt
+		case fi.IsDir():
+			desc += " " + fi.ModTime().UTC().Format(time.RFC3339)
+		default:
+			b, _ := os.ReadFile(p)
+			sum := sha1.Sum(b)
+			desc += " " + fi.ModTime().UTC().Format(time.RFC3339) + " " + hex.EncodeToString(sum[:])
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func writeArchive(t *testing.T, src *sandbox.FS, opts WriteOptions) ([]byte, Result) {
+	t.Helper()
+	var buf bytes.Buffer
+	res, err := Write(context.Background(), &buf, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), res
+}
+
+func entries(t *testing.T, data []byte) map[string]*tar.Header {
+	t.Helper()
+	gz, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	out := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = h
+	}
+}
+
+func TestWriteExtractRoundTrip(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	buildTree(t, src)
+	var last Progress
+	data, res := writeArchive(t, newFS(t, src), WriteOptions{Level: LevelBestSpeed, Manifest: true, Progress: func(p Progress) { last = p }})
+	sum := sha1.Sum(data)
+	if res.SHA1 != hex.EncodeToString(sum[:]) || res.Size != int64(len(data)) {
+		t.Fatalf("result %+v does not describe the %d bytes written", res, len(data))
+	}
+	if last.Output != res.Size || last.Input != res.Input || res.Files != 8 || res.Symlinks != 3 {
+		t.Fatalf("progress %+v result %+v", last, res)
+	}
+	hs := entries(t, data)
+	if h := hs["etc-link"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "/etc" {
+		t.Fatalf("symlink to /etc not stored as a link: %+v", h)
+	}
+	if h := hs["empty/deeper/"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o700 {
+		t.Fatalf("empty directory not kept: %+v", h)
+	}
+	for name := range hs {
+		if strings.Contains(name, "passwd") {
+			t.Fatalf("the /etc link was followed: %s", name)
+		}
+	}
+
+	dst := filepath.Join(base, "dst")
+	var seen []string
+	xr, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, dst), ExtractOptions{OnEntry: func(n string) { seen = append(seen, n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !xr.Verified || xr.Files != 8 {
+		t.Fatalf("extract result %+v", xr)
+	}
+	if diff := cmp.Diff(snapshot(t, src), snapshot(t, dst)); diff != "" {
+		t.Fatalf("restored tree differs (-want +got):\n%s", diff)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, ManifestName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal("the integrity entry was written to the server directory")
+	}
+	if len(seen) != int(xr.Files+xr.Dirs+xr.Symlinks) {
+		t.Fatalf("OnEntry saw %d entries: %v", len(seen), seen)
+	}
+}
+
+func TestWriteIgnore(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	buildTree(t, src)
+	data, _ := writeArchive(t, newFS(t, src), WriteOptions{Ignore: "logs/\n*.jar\n# comment\n\n/world/region/*.mca\n!nothing"})
+	var names []string
+	for n := range entries(t, data) {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if strings.HasPrefix(n, "logs") || strings.HasSuffix(n, ".jar") || strings.HasSuffix(n, ".mca") {
+			t.Fatalf("ignored entry archived: %s (all: %v)", n, names)
+		}
+	}
+	if !strings.Contains(strings.Join(names, ","), "world/region/empty.db") {
+		t.Fatalf("a kept file is missing: %v", names)
+	}
+}
+
+func TestExtractOverwritesAndReplaces(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	buildTree(t, src)
+	data, _ := writeArchive(t, newFS(t, src), WriteOptions{Manifest: true})
+	dst := filepath.Join(base, "dst")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Things in the way: a longer file, a directory where a file goes, a
+	// link where a file goes, a file where a directory goes, an extra file.
+	must(os.MkdirAll(filepath.Join(dst, "run.sh", "x"), 0o755))
+	must(os.WriteFile(filepath.Join(dst, "server.properties"), bytes.Repeat([]byte("x"), 10000), 0o600))
+	must(os.Symlink("/etc/passwd", filepath.Join(dst, "logs-tmp")))
+	must(os.WriteFile(filepath.Join(dst, "world"), []byte("not a dir"), 0o644))
+	must(os.Symlink(filepath.Join(base, "outside-target"), filepath.Join(dst, "plugins.jar")))
+	must(os.WriteFile(filepath.Join(dst, "extra.txt"), []byte("kept"), 0o644))
+	if _, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, dst), ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := snapshot(t, dst)
+	if got["extra.txt"] == "" {
+		t.Fatal("a file not in the archive was removed")
+	}
+	delete(got, "extra.txt")
+	delete(got, "logs-tmp")
+	if diff := cmp.Diff(snapshot(t, src), got); diff != "" {
+		t.Fatalf("restored tree differs (-want +got):\n%s", diff)
+	}
+	if _, err := os.Lstat(filepath.Join(base, "outside-target")); err == nil {
+		t.Fatal("a file was written through a link")
+	}
+}
+
+// tarGz builds an archive from raw headers.
+func tarGz(t *testing.T, entries ...any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for i := 0; i < len(entries); i += 2 {
+		h := entries[i].(*tar.Header)
+		body := entries[i+1].(string)
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(body))
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tw, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
+}
+
+func reg(name string) *tar.Header { return &tar.Header{Typeflag: tar.TypeReg, Name: name} }
+
+func TestExtractMaliciousArchives(t *testing.T) {
+	cases := map[string][]any{
+		"dotdot":               {reg("../escaped.txt"), "pwned"},
+		"dotdot-deep":          {reg("a/../../escaped.txt"), "pwned"},
+		"absolute":             {reg("/tmp/escaped.txt"), "pwned"},
+		"symlink-then-write":   {&tar.Header{Typeflag: tar.TypeSymlink, Name: "lnk", Linkname: "../outside"}, "", reg("lnk/escaped.txt"), "pwned"},
+		"abs-symlink-write":    {&tar.Header{Typeflag: tar.TypeSymlink, Name: "lnk", Linkname: "/"}, "", reg("lnk/escaped.txt"), "pwned"},
+		"hardlink-out":         {&tar.Header{Typeflag: tar.TypeLink, Name: "hl", Linkname: "../outside/secret.txt"}, ""},
+		"hardlink-abs":         {&tar.Header{Typeflag: tar.TypeLink, Name: "hl", Linkname: "/etc/passwd"}, ""},
+		"hardlink-via-symlink": {&tar.Header{Typeflag: tar.TypeSymlink, Name: "lnk", Linkname: "../outside"}, "", &tar.Header{Typeflag: tar.TypeLink, Name: "hl", Linkname: "lnk/secret.txt"}, ""},
+	}
+	for name, ents := range cases {
+		t.Run(name, func(t *testing.T) {
+			base := t.TempDir()
+			outside := filepath.Join(base, "outside")
+			os.MkdirAll(outside, 0o755)
+			os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("secret"), 0o600)
+			before := snapshot(t, base)
+			dst := filepath.Join(base, "srv", "root")
+			_, err := Extract(context.Background(), bytes.NewReader(tarGz(t, ents...)), newFS(t, dst), ExtractOptions{})
+			if !errors.Is(err, ErrUnsafeEntry) {
+				t.Fatalf("err = %v, want ErrUnsafeEntry", err)
+			}
+			after := snapshot(t, base)
+			for k := range after {
+				if strings.HasPrefix(k, "srv") {
+					delete(after, k)
+				}
+			}
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Fatalf("something changed outside the root:\n%s", diff)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dst, "hl")); string(b) == "secret" {
+				t.Fatal("hard link reached a file outside")
+			}
+		})
+	}
+}
+
+func TestExtractSkipsDevicesAndSetuid(t *testing.T) {
+	dst := t.TempDir()
+	data := tarGz(t,
+		&tar.Header{Typeflag: tar.TypeChar, Name: "null", Devmajor: 1, Devminor: 3}, "",
+		&tar.Header{Typeflag: tar.TypeFifo, Name: "fifo"}, "",
+		&tar.Header{Typeflag: tar.TypeReg, Name: "suid", Mode: 0o4755}, "x",
+	)
+	res, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, dst), ExtractOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Skipped != 2 || res.Verified {
+		t.Fatalf("result %+v", res)
+	}
+	for _, n := range []string{"null", "fifo"} {
+		if _, err := os.Lstat(filepath.Join(dst, n)); err == nil {
+			t.Fatalf("%s was created", n)
+		}
+	}
+	fi, _ := os.Stat(filepath.Join(dst, "suid"))
+	if fi.Mode() != 0o755 {
+		t.Fatalf("mode %v, want -rwxr-xr-x without setuid", fi.Mode())
+	}
+}
+
+func TestExtractChecksumMismatch(t *testing.T) {
+	data := tarGz(t, reg("a.txt"), "hello", reg(ManifestName), manifestLine(make([]byte, 20), "a.txt"))
+	_, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, t.TempDir()), ExtractOptions{})
+	if !errors.Is(err, ErrChecksumMismatch) {
+		t.Fatalf("err = %v, want ErrChecksumMismatch", err)
+	}
+	// Without the integrity entry (an archive from another agent) it restores.
+	data = tarGz(t, reg("a.txt"), "hello")
+	res, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, t.TempDir()), ExtractOptions{})
+	if err != nil || res.Verified || res.Files != 1 {
+		t.Fatalf("plain archive: %+v %v", res, err)
+	}
+}
+
+func TestExtractCorruptAndTruncated(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src")
+	buildTree(t, src)
+	data, _ := writeArchive(t, newFS(t, src), WriteOptions{Level: LevelNone, Manifest: true})
+	for name, bad := range map[string][]byte{
+		"truncated":  data[:len(data)/2],
+		"no-trailer": data[:len(data)-4],
+		"garbage":    []byte("this is not gzip at all"),
+		"flipped":    append(append(append([]byte{}, data[:len(data)/2]...), data[len(data)/2]^0xff), data[len(data)/2+1:]...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Extract(context.Background(), bytes.NewReader(bad), newFS(t, t.TempDir()), ExtractOptions{})
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrChecksumMismatch) {
+				t.Fatalf("err = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestExtractReadyGate(t *testing.T) {
+	called := false
+	_, err := Extract(context.Background(), strings.NewReader("not gzip"), newFS(t, t.TempDir()), ExtractOptions{Ready: func() error { called = true; return nil }})
+	if err == nil || called {
+		t.Fatalf("Ready called for an unreadable archive (err %v)", err)
+	}
+	stop := errors.New("stop")
+	_, err = Extract(context.Background(), bytes.NewReader(tarGz(t, reg("a"), "x")), newFS(t, t.TempDir()), ExtractOptions{Ready: func() error { return stop }})
+	if !errors.Is(err, stop) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestExtractWriteLimit(t *testing.T) {
+	data := tarGz(t, reg("big"), strings.Repeat("z", 3<<20))
+	start := time.Now()
+	_, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, t.TempDir()), ExtractOptions{WriteLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 MiB at 1 MiB/s with a one-second burst: about 2 s.
+	if d := time.Since(start); d < 1500*time.Millisecond || d > 6*time.Second {
+		t.Fatalf("took %s", d)
+	}
+}

@@ -1,0 +1,473 @@
+package archive
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/klauspost/pgzip"
+	"golang.org/x/time/rate"
+
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// ExtractOptions configure Extract.
+type ExtractOptions struct {
+	// WriteLimit bounds the file bytes written per second; 0 is unlimited.
+	WriteLimit int64
+	// OnEntry, when set, is called with the name of each entry (as stored,
+	// without a trailing slash) before it is written.
+	OnEntry func(name string)
+	// Ready, when set, is called once the archive is known to be readable
+	// (its gzip header and first tar header, or its end, were read) and
+	// before anything is written; an error from it stops Extract.
+	Ready func() error
+	// TempDir holds the spool of file checksums when it outgrows memory;
+	// os.TempDir() when empty.
+	TempDir string
+}
+
+// ExtractResult describes an extraction.
+type ExtractResult struct {
+	Files    int64
+	Dirs     int64
+	Symlinks int64
+	Bytes    int64 // file bytes written
+	Skipped  int64 // device, FIFO and unknown entries left out
+	Verified bool  // the integrity entry was found and every file matched
+}
+
+type extractor struct {
+	ctx     context.Context
+	dst     *sandbox.FS
+	opts    ExtractOptions
+	limiter *rate.Limiter
+	buf     []byte
+	h       hash.Hash
+	sums    *spool
+	links   map[string]bool // symbolic links made by this archive
+	dirs    map[string]bool // directories known to exist
+	dirMeta []dirMeta       // modes and times applied at the end
+	res     ExtractResult
+	manOK   bool
+}
+
+type dirMeta struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// Extract streams the tar.gz r into dst. Existing files are overwritten
+// (a symbolic link or directory in the way is replaced, never written
+// through); permissions are kept without setuid, setgid and sticky bits;
+// modification times are restored (directories' last). Entries whose name
+// is absolute, contains "..", or lies below a symbolic link of the archive,
+// and hard links to such names, stop the extraction with ErrUnsafeEntry;
+// device, FIFO and unknown entries are skipped. A read error of the stream
+// is ErrCorrupt. When the archive ends with the integrity entry every
+// extracted file is checked against it (ErrChecksumMismatch), and the entry
+// itself is not written. dst should be the Trusted view of the server's
+// sandbox: confinement and the disk limit still apply.
+func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOptions) (ExtractResult, error) {
+	gz, err := pgzip.NewReaderN(r, gzipBlock, 4)
+	if err != nil {
+		return ExtractResult{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	defer gz.Close()
+	x := &extractor{
+		ctx: ctx, dst: dst, opts: opts,
+		buf:   make([]byte, 256<<10),
+		h:     sha1.New(),
+		sums:  &spool{dir: opts.TempDir},
+		links: map[string]bool{},
+		dirs:  map[string]bool{".": true},
+	}
+	defer x.sums.Close()
+	if opts.WriteLimit > 0 {
+		burst := int(min(opts.WriteLimit, 1<<30))
+		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
+		x.buf = x.buf[:min(len(x.buf), burst)]
+	}
+	tr := tar.NewReader(gz)
+	first := true
+	for {
+		if err := ctx.Err(); err != nil {
+			return x.res, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			if first && opts.Ready != nil {
+				if err := opts.Ready(); err != nil {
+					return x.res, err
+				}
+			}
+			break
+		}
+		if err != nil {
+			return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if first {
+			first = false
+			if opts.Ready != nil {
+				if err := opts.Ready(); err != nil {
+					return x.res, err
+				}
+			}
+		}
+		if x.manOK {
+			// Entries after the integrity entry: it does not describe the archive.
+			return x.res, fmt.Errorf("%w: entries follow %s", ErrChecksumMismatch, ManifestName)
+		}
+		if err := x.entry(tr, hdr); err != nil {
+			return x.res, err
+		}
+	}
+	// Drain to the gzip trailer, so that a truncated or corrupt end is seen.
+	if _, err := io.Copy(io.Discard, gz); err != nil {
+		return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	for i := len(x.dirMeta) - 1; i >= 0; i-- {
+		d := x.dirMeta[i]
+		_ = x.dst.Chmod(d.name, d.mode)
+		_ = x.dst.Lchtimes(d.name, d.mtime, d.mtime)
+	}
+	x.res.Verified = x.manOK
+	return x.res, nil
+}
+
+// safeName cleans an entry name; ok is false for names leading out.
+func safeName(name string) (string, bool) {
+	if name == "" || strings.HasPrefix(name, "/") || strings.IndexByte(name, 0) >= 0 {
+		return "", false
+	}
+	for _, part := range strings.Split(strings.TrimSuffix(name, "/"), "/") {
+		if part == ".." {
+			return "", false
+		}
+	}
+	c := path.Clean(name)
+	if c == "." {
+		return ".", true
+	}
+	return c, true
+}
+
+// belowLink reports whether a parent of rel is a link made by this archive.
+func (x *extractor) belowLink(rel string) bool {
+	if len(x.links) == 0 {
+		return false
+	}
+	for p := path.Dir(rel); p != "."; p = path.Dir(p) {
+		if x.links[p] {
+			return true
+		}
+	}
+	return false
+}
+
+func (x *extractor) unsafe(name string) error {
+	return &entryError{name: name, err: ErrUnsafeEntry}
+}
+
+func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
+	rel, ok := safeName(hdr.Name)
+	if !ok || x.belowLink(rel) {
+		return x.unsafe(hdr.Name)
+	}
+	if rel == ManifestName && hdr.Typeflag == tar.TypeReg {
+		return x.verify(tr)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if rel == "." {
+			return nil
+		}
+		x.onEntry(rel)
+		return x.dir(rel, hdr)
+	case tar.TypeReg:
+		if rel == "." {
+			return x.unsafe(hdr.Name)
+		}
+		x.onEntry(rel)
+		return x.file(rel, hdr, tr)
+	case tar.TypeSymlink:
+		if rel == "." {
+			return x.unsafe(hdr.Name)
+		}
+		x.onEntry(rel)
+		return x.symlink(rel, hdr)
+	case tar.TypeLink:
+		target, ok := safeName(hdr.Linkname)
+		if !ok || target == "." || rel == "." || x.belowLink(target) || x.links[target] {
+			return x.unsafe(hdr.Name)
+		}
+		x.onEntry(rel)
+		return x.hardlink(rel, target, hdr)
+	default:
+		// Devices, FIFOs and anything unknown are never created.
+		x.res.Skipped++
+		return nil
+	}
+}
+
+func (x *extractor) onEntry(rel string) {
+	if x.opts.OnEntry != nil {
+		x.opts.OnEntry(rel)
+	}
+}
+
+func (x *extractor) wrap(rel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sandbox.ErrOutsideRoot) {
+		return &entryError{name: rel, err: fmt.Errorf("%w: %v", ErrUnsafeEntry, err)}
+	}
+	return err
+}
+
+// parents makes sure the parent directories of rel exist.
+func (x *extractor) parents(rel string) error {
+	dir := path.Dir(rel)
+	if x.dirs[dir] {
+		return nil
+	}
+	if err := x.dst.MkdirAll(dir, 0o755); err != nil {
+		// A file or link where a directory is needed: replace it.
+		if !errors.Is(err, sandbox.ErrNotDir) {
+			return x.wrap(rel, err)
+		}
+		if err := x.clearPath(dir); err != nil {
+			return err
+		}
+		if err := x.dst.MkdirAll(dir, 0o755); err != nil {
+			return x.wrap(rel, err)
+		}
+	}
+	for d := dir; d != "."; d = path.Dir(d) {
+		x.dirs[d] = true
+	}
+	return nil
+}
+
+// clearPath removes the first non-directory on the way to dir.
+func (x *extractor) clearPath(dir string) error {
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		fi, err := x.dst.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return x.wrap(p, err)
+		}
+		if !fi.IsDir() {
+			return x.wrap(p, x.dst.Remove(p))
+		}
+	}
+	return nil
+}
+
+// replace removes what is at rel unless it is a regular file (keep=true)
+// or a directory and a directory is wanted.
+func (x *extractor) replace(rel string, wantDir bool) (existed bool, err error) {
+	fi, err := x.dst.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, x.wrap(rel, err)
+	}
+	switch {
+	case fi.IsDir() && wantDir:
+		return true, nil
+	case fi.Mode().IsRegular() && !wantDir:
+		return true, nil
+	case fi.IsDir():
+		err = x.dst.RemoveAll(rel)
+	default:
+		err = x.dst.Remove(rel)
+	}
+	return false, x.wrap(rel, err)
+}
+
+func (x *extractor) dir(rel string, hdr *tar.Header) error {
+	if err := x.parents(rel); err != nil {
+		return err
+	}
+	existed, err := x.replace(rel, true)
+	if err != nil {
+		return err
+	}
+	if !existed {
+		if err := x.dst.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return x.wrap(rel, err)
+		}
+	}
+	x.dirs[rel] = true
+	delete(x.links, rel)
+	x.dirMeta = append(x.dirMeta, dirMeta{name: rel, mode: fs.FileMode(hdr.Mode) & fs.ModePerm, mtime: hdr.ModTime})
+	x.res.Dirs++
+	return nil
+}
+
+func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
+	if err := x.parents(rel); err != nil {
+		return err
+	}
+	existed, err := x.replace(rel, false)
+	if err != nil {
+		return err
+	}
+	delete(x.links, rel)
+	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
+	f, err := x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return x.wrap(rel, err)
+	}
+	x.h.Reset()
+	n, err := x.copy(f, io.TeeReader(r, x.h))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("%w: %s: short file", ErrCorrupt, rel)
+	}
+	if existed || mode == 0 {
+		if err := x.dst.Chmod(rel, mode); err != nil {
+			return x.wrap(rel, err)
+		}
+	}
+	if err := x.dst.Lchtimes(rel, hdr.ModTime, hdr.ModTime); err != nil {
+		return x.wrap(rel, err)
+	}
+	if _, err := io.WriteString(x.sums, manifestLine(x.h.Sum(nil), rel)); err != nil {
+		return err
+	}
+	x.res.Files++
+	x.res.Bytes += n
+	return nil
+}
+
+// copy writes r to w through the rate limiter. Read errors are ErrCorrupt.
+func (x *extractor) copy(w io.Writer, r io.Reader) (int64, error) {
+	var total int64
+	for {
+		n, rerr := r.Read(x.buf)
+		if n > 0 {
+			if x.limiter != nil {
+				if err := x.limiter.WaitN(x.ctx, n); err != nil {
+					return total, err
+				}
+			}
+			if _, err := w.Write(x.buf[:n]); err != nil {
+				return total, err
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, fmt.Errorf("%w: %v", ErrCorrupt, rerr)
+		}
+	}
+}
+
+func (x *extractor) symlink(rel string, hdr *tar.Header) error {
+	if hdr.Linkname == "" {
+		return x.unsafe(hdr.Name)
+	}
+	if err := x.parents(rel); err != nil {
+		return err
+	}
+	if _, err := x.dst.Lstat(rel); err == nil {
+		if err := x.dst.RemoveAll(rel); err != nil {
+			return x.wrap(rel, err)
+		}
+	}
+	if err := x.dst.Symlink(hdr.Linkname, rel); err != nil {
+		return x.wrap(rel, err)
+	}
+	x.links[rel] = true
+	delete(x.dirs, rel)
+	_ = x.dst.Lchtimes(rel, hdr.ModTime, hdr.ModTime)
+	x.res.Symlinks++
+	return nil
+}
+
+// hardlink stores a copy of an earlier regular file of the archive (the
+// sandbox gives out no hard links).
+func (x *extractor) hardlink(rel, target string, hdr *tar.Header) error {
+	fi, err := x.dst.Lstat(target)
+	if err != nil || !fi.Mode().IsRegular() {
+		return x.unsafe(hdr.Name)
+	}
+	if err := x.parents(rel); err != nil {
+		return err
+	}
+	if rel == target {
+		return nil
+	}
+	if _, err := x.dst.Lstat(rel); err == nil {
+		if err := x.dst.RemoveAll(rel); err != nil {
+			return x.wrap(rel, err)
+		}
+	}
+	if err := x.dst.Copy(target, rel); err != nil {
+		return x.wrap(rel, err)
+	}
+	delete(x.links, rel)
+	_ = x.dst.Lchtimes(rel, fi.ModTime(), fi.ModTime())
+	x.res.Files++
+	return nil
+}
+
+// verify compares the integrity entry with the checksums of the files
+// extracted so far, line by line (both are in archive order).
+func (x *extractor) verify(r io.Reader) error {
+	got, err := x.sums.Reader()
+	if err != nil {
+		return err
+	}
+	want := bufio.NewReader(r)
+	have := bufio.NewReader(got)
+	for {
+		a, errA := want.ReadBytes('\n')
+		b, errB := have.ReadBytes('\n')
+		if errA != nil && errA != io.EOF {
+			return fmt.Errorf("%w: %v", ErrCorrupt, errA)
+		}
+		if !bytes.Equal(a, b) {
+			name := strings.TrimSpace(string(a))
+			if i := strings.Index(name, "  "); i >= 0 {
+				name = name[i+2:]
+			}
+			return fmt.Errorf("%w: %s", ErrChecksumMismatch, name)
+		}
+		if errA == io.EOF || errB == io.EOF {
+			if errA != errB {
+				return ErrChecksumMismatch
+			}
+			break
+		}
+	}
+	x.manOK = true
+	return nil
+}

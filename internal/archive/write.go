@@ -1,0 +1,275 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"io/fs"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"github.com/klauspost/pgzip"
+
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// gzipBlock is the pgzip block size; blocks in flight are two per core.
+const gzipBlock = 1 << 20
+
+// WriteOptions configure Write.
+type WriteOptions struct {
+	// Ignore holds newline-separated gitignore-syntax patterns; matching
+	// files and directories (with everything below them) are left out.
+	Ignore string
+	// Level is the gzip level (see ParseLevel); LevelBestSpeed when zero
+	// is not wanted must be set explicitly with LevelNone.
+	Level int
+	// Manifest appends the integrity entry ManifestName. A file of that
+	// name at the root of the tree is then left out.
+	Manifest bool
+	// Progress, when set, is called after each entry with the totals so far.
+	Progress func(Progress)
+	// TempDir holds the spool of the integrity entry when it outgrows
+	// memory; os.TempDir() when empty.
+	TempDir string
+}
+
+// Progress is the running total of a Write.
+type Progress struct {
+	Entries int64 // files, directories and links written
+	Input   int64 // file bytes read
+	Output  int64 // archive bytes written
+}
+
+// Result describes a written archive.
+type Result struct {
+	Size     int64  // archive bytes
+	SHA1     string // lowercase hex SHA-1 of the archive bytes
+	Files    int64
+	Dirs     int64
+	Symlinks int64
+	Input    int64 // file bytes read
+}
+
+// hashCounter passes writes through, hashing and counting them.
+type hashCounter struct {
+	w io.Writer
+	h hash.Hash
+	n int64
+}
+
+func (c *hashCounter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// NewIgnore compiles newline-separated gitignore patterns; nil when there
+// are none.
+func NewIgnore(patterns string) gitignore.Matcher {
+	var ps []gitignore.Pattern
+	for _, l := range strings.Split(patterns, "\n") {
+		l = strings.TrimRight(l, "\r")
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		ps = append(ps, gitignore.ParsePattern(l, nil))
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return gitignore.NewMatcher(ps)
+}
+
+// Write streams a tar.gz of the whole tree of src into w. It never follows
+// a symbolic link. Sockets, devices and FIFOs are left out. A file that
+// changes size while it is read is stored with the size it had when opened
+// (cut, or padded with zeros). Pass src.Trusted() to archive files of the
+// egg's denylist too. Nothing is written to w after an error, but what was
+// written before stays: callers writing to a file remove it.
+func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions) (Result, error) {
+	out := &hashCounter{w: w, h: sha1.New()}
+	gz, err := pgzip.NewWriterLevel(out, opts.Level)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := gz.SetConcurrency(gzipBlock, 2*runtime.GOMAXPROCS(0)); err != nil {
+		return Result{}, err
+	}
+	tw := tar.NewWriter(gz)
+	ign := NewIgnore(opts.Ignore)
+	var man *spool
+	if opts.Manifest {
+		man = &spool{dir: opts.TempDir}
+		defer man.Close()
+	}
+	var res Result
+	buf := make([]byte, 256<<10)
+	fileHash := sha1.New()
+
+	walkErr := src.WalkContext(ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if rel == "." {
+				return err
+			}
+			// A directory swapped or vanished during the walk: leave it out.
+			return nil
+		}
+		if rel == "." {
+			return nil
+		}
+		if opts.Manifest && rel == ManifestName {
+			return nil
+		}
+		isDir := d.IsDir()
+		if ign != nil && ign.Match(strings.Split(rel, "/"), isDir) {
+			if isDir {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil // vanished since the listing
+		}
+		hdr := &tar.Header{
+			Name:    rel,
+			Mode:    int64(fi.Mode().Perm()),
+			ModTime: fi.ModTime().Truncate(time.Second),
+			Format:  tar.FormatUnknown,
+		}
+		switch {
+		case isDir:
+			hdr.Typeflag = tar.TypeDir
+			hdr.Name += "/"
+			res.Dirs++
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := src.Readlink(rel)
+			if err != nil {
+				return nil
+			}
+			hdr.Typeflag = tar.TypeSymlink
+			hdr.Linkname = target
+			res.Symlinks++
+		case fi.Mode().IsRegular():
+			return writeFile(tw, src, rel, hdr, buf, fileHash, man, &res)
+		default:
+			return nil // socket, device, FIFO
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		report(opts.Progress, &res, out)
+		return nil
+	})
+	if walkErr == nil && opts.Manifest {
+		walkErr = writeManifest(tw, man)
+	}
+	if walkErr == nil {
+		walkErr = tw.Close()
+	}
+	if cerr := gz.Close(); walkErr == nil {
+		walkErr = cerr
+	}
+	if walkErr != nil {
+		return Result{}, walkErr
+	}
+	res.Size = out.n
+	res.SHA1 = hex.EncodeToString(out.h.Sum(nil))
+	report(opts.Progress, &res, out)
+	return res, nil
+}
+
+func report(fn func(Progress), res *Result, out *hashCounter) {
+	if fn != nil {
+		fn(Progress{Entries: res.Files + res.Dirs + res.Symlinks, Input: res.Input, Output: out.n})
+	}
+}
+
+func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, hdr *tar.Header, buf []byte, h hash.Hash, man *spool, res *Result) error {
+	f, err := src.Open(rel)
+	if err != nil {
+		return nil // vanished, or swapped for a link leading out: leave it out
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	hdr.Typeflag = tar.TypeReg
+	hdr.Size = fi.Size()
+	if err := tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	var dst io.Writer = tw
+	if man != nil {
+		h.Reset()
+		dst = io.MultiWriter(tw, h)
+	}
+	n, err := io.CopyBuffer(dst, io.LimitReader(onlyReader{f}, hdr.Size), buf)
+	if err != nil && !isReadErr(err) {
+		return err
+	}
+	if n < hdr.Size { // the file shrank: pad to the declared size
+		if _, err := io.CopyBuffer(dst, io.LimitReader(zeros{}, hdr.Size-n), buf); err != nil {
+			return err
+		}
+	}
+	res.Files++
+	res.Input += hdr.Size
+	if man != nil {
+		if _, err := io.WriteString(man, manifestLine(h.Sum(nil), rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readErr marks an error of the source file, as opposed to the archive.
+type readErr struct{ error }
+
+func isReadErr(err error) bool {
+	var r readErr
+	return errors.As(err, &r)
+}
+
+// onlyReader hides other methods of the file (io.CopyBuffer must use the
+// buffer) and marks its errors.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) {
+	n, err := o.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = readErr{err}
+	}
+	return n, err
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func writeManifest(tw *tar.Writer, man *spool) error {
+	r, err := man.Reader()
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: ManifestName, Mode: 0o644, Size: man.Len(),
+		ModTime: time.Now().Truncate(time.Second),
+	}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, r)
+	return err
+}
