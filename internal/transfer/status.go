@@ -96,6 +96,22 @@ func (t *Transfer) Status() Status {
 	return t.status
 }
 
+// announce publishes the current status (the move into pending).
+func (t *Transfer) announce() {
+	t.mu.Lock()
+	st, pub := t.status, t.publish
+	t.mu.Unlock()
+	pub(events.New(events.TransferStatus, string(st)))
+}
+
+// setPublisher directs the status events (an incoming transfer's server
+// exists only once it is registered).
+func (t *Transfer) setPublisher(p func(events.Event)) {
+	t.mu.Lock()
+	t.publish = p
+	t.mu.Unlock()
+}
+
 // setStatus moves the machine when the table allows it and publishes the
 // change; it reports whether the move happened.
 func (t *Transfer) setStatus(to Status) bool {
