@@ -25,6 +25,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/transfer"
 )
 
 // Options configure one run of the daemon.
@@ -101,6 +102,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	servers.Restore(ctx)
 
+	transfers := transfer.New(nodeCtx, transfer.Options{
+		Servers: servers, Panel: client, Config: store, Runtime: rt, Log: log,
+		ProgressInterval: transferProgressInterval(log),
+	})
+	defer transfers.Close()
+	transfers.CleanupStale(ctx)
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -118,7 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Config: store, Panel: client, Servers: servers, Log: log,
-		Tokens: verifier, OneTime: oneTime,
+		Tokens: verifier, OneTime: oneTime, Transfers: transfers,
 		Version: opts.Version, BootTime: opts.BootTime,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})
@@ -225,4 +233,20 @@ func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, r
 			c.Docker.Network.Interfaces.V4 = config.Subnet{Subnet: info.IPv4Subnet, Gateway: info.IPv4Gate}
 		}
 	})
+}
+
+// transferProgressInterval is the period of the transfer progress messages:
+// 5 seconds, as the spec says. WHARF_TRANSFER_PROGRESS_INTERVAL (a Go
+// duration) shortens it for the end-to-end tests.
+func transferProgressInterval(log *slog.Logger) time.Duration {
+	v := os.Getenv("WHARF_TRANSFER_PROGRESS_INTERVAL")
+	if v == "" {
+		return transfer.DefaultProgressInterval
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		log.Warn("ignoring an invalid WHARF_TRANSFER_PROGRESS_INTERVAL", "value", v)
+		return transfer.DefaultProgressInterval
+	}
+	return d
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/transfer"
 )
 
 // Deps are the parts of the daemon the API drives.
@@ -22,6 +23,8 @@ type Deps struct {
 	Servers *server.Manager
 	// Tokens verifies the JWTs of signed URLs, websockets and transfers.
 	Tokens *tokens.Verifier
+	// Transfers runs the outgoing and incoming server transfers.
+	Transfers *transfer.Service
 	// OneTime remembers the one-time ids of signed URLs.
 	OneTime  *tokens.OneTimeStore
 	Log      *slog.Logger

@@ -42,5 +42,11 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
 		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
+
+		// Transfers
+		{"POST /api/servers/{server}/transfer", authBearer, a.withServer(a.postTransfer)},
+		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
+		{"POST /api/transfers", authSigned, http.HandlerFunc(a.postTransfers)},
+		{"DELETE /api/transfers/{server}", authBearer, http.HandlerFunc(a.deleteIncomingTransfer)},
 	}
 }

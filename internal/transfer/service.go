@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -101,6 +103,23 @@ func (svc *Service) report(uuid string, successful bool) error {
 	return err
 }
 
+// publisher publishes a transfer's events to the server's subscribers and
+// writes them to the daemon log too, without the colours.
+func (svc *Service) publisher(s *server.Server, direction string) func(events.Event) {
+	log := svc.opts.Log.With("server", s.UUID(), "direction", direction)
+	return func(e events.Event) {
+		switch e.Name {
+		case events.TransferStatus:
+			log.Info("transfer status", "status", strings.Join(e.Args, " "))
+		case events.TransferLogs:
+			log.Info("transfer log", "message", ansi.ReplaceAllString(strings.Join(e.Args, " "), ""))
+		}
+		s.Publish(e)
+	}
+}
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
 // Send starts an outgoing transfer of s to url (a target's /api/transfers),
 // with token as the Authorization header, and returns at once. The server
 // is flagged transferring until the transfer fails or is cancelled; after a
@@ -110,7 +129,7 @@ func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error)
 	if !s.SetTransferring(true) {
 		return nil, ErrInProgress
 	}
-	t := newTransfer(svc.ctx, s.UUID(), s.Publish)
+	t := newTransfer(svc.ctx, s.UUID(), svc.publisher(s, "outgoing"))
 	if err := svc.Outgoing.add(t); err != nil {
 		s.SetTransferring(false)
 		return nil, err
@@ -122,7 +141,7 @@ func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error)
 
 func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string) {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
-	tl := transferLog{publish: s.Publish, now: svc.opts.Now}
+	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
 	err := s.StopForTransfer(t.ctx, svc.opts.StopWait)
 	if err == nil && !t.setStatus(Processing) {
@@ -270,7 +289,7 @@ func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (*serv
 		return nil, err
 	}
 	s.SetTransferring(true)
-	t.setPublisher(s.Publish)
+	t.setPublisher(svc.publisher(s, "incoming"))
 	t.announce()
 	if !t.setStatus(Processing) {
 		return s, context.Cause(t.ctx)
