@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/transfer"
 )
 
 type transferRequest struct {
@@ -67,6 +68,10 @@ func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	liftBodyDeadline(w)
+	if _, busy := a.Transfers.Incoming.Get(claims.ServerUUID); busy {
+		a.fail(w, r, transfer.ErrInProgress)
+		return
+	}
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, r, http.StatusBadRequest, "The request must be a multipart form holding the archive and its checksum.")
