@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -74,31 +75,7 @@ func startCluster(t *testing.T, servers []devpanel.Server, mutate func(name stri
 
 func startClusterNode(t *testing.T, name, panelURL string, a *assignment, mutate func(string, *config.Config)) *node {
 	t.Helper()
-	view := panelView(t, panelURL, name, a)
-	dir := t.TempDir()
-	c := config.Defaults()
-	c.UUID = "6f1a2b3c-4d5e-4f60-8a71-92b3c4d5e6f1"
-	if name != "source" {
-		c.UUID = "6f1a2b3c-4d5e-4f60-8a71-92b3c4d5e6f2"
-	}
-	c.TokenID, c.Token = clusterTokenID, clusterToken
-	c.Remote = view.URL
-	c.API.Host = "127.0.0.1"
-	c.API.Port = freePort(t)
-	c.System.RootDirectory = filepath.Join(dir, "lib")
-	c.System.Data = filepath.Join(dir, "lib", "volumes")
-	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
-	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
-	c.System.LogDirectory = filepath.Join(dir, "log")
-	c.System.TmpDirectory = filepath.Join(dir, "tmp")
-	c.System.Username = "root"
-	if mutate != nil {
-		mutate(name, c)
-	}
-	cfgPath := filepath.Join(dir, "config.yml")
-	if err := c.Save(cfgPath); err != nil {
-		t.Fatal(err)
-	}
+	c, cfgPath := clusterConfig(t, name, panelView(t, panelURL, name, a).URL, mutate)
 	n := &node{
 		t: t, URL: "http://127.0.0.1:" + strconv.Itoa(c.API.Port), Token: clusterToken, Config: c,
 		CfgPath: cfgPath, log: &syncBuffer{}, exited: make(chan struct{}),
@@ -115,9 +92,44 @@ func startClusterNode(t *testing.T, name, panelURL string, a *assignment, mutate
 	return n
 }
 
+// clusterConfig writes the configuration of one node of a cluster.
+func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *config.Config)) (*config.Config, string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	c := config.Defaults()
+	c.UUID = "6f1a2b3c-4d5e-4f60-8a71-92b3c4d5e6f1"
+	if name != "source" {
+		c.UUID = "6f1a2b3c-4d5e-4f60-8a71-92b3c4d5e6f2"
+	}
+	c.TokenID, c.Token = clusterTokenID, clusterToken
+	c.Remote = remote
+	c.API.Host = "127.0.0.1"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.API.Port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c.System.RootDirectory = filepath.Join(dir, "lib")
+	c.System.Data = filepath.Join(dir, "lib", "volumes")
+	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
+	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
+	c.System.LogDirectory = filepath.Join(dir, "log")
+	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	c.System.Username = "root"
+	if mutate != nil {
+		mutate(name, c)
+	}
+	cfgPath := filepath.Join(dir, "config.yml")
+	if err := c.Save(cfgPath); err != nil {
+		tb.Fatal(err)
+	}
+	return c, cfgPath
+}
+
 // panelView forwards to the shared panel, filters the boot list by the
 // node's assignment and tags the node's calls.
-func panelView(t *testing.T, panelURL, name string, a *assignment) *httptest.Server {
+func panelView(t testing.TB, panelURL, name string, a *assignment) *httptest.Server {
 	t.Helper()
 	up, _ := url.Parse(panelURL)
 	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
