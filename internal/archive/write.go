@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
@@ -61,13 +62,13 @@ type Result struct {
 type hashCounter struct {
 	w io.Writer
 	h hash.Hash
-	n int64
+	n atomic.Int64 // written by the gzip goroutines, read by Progress
 }
 
 func (c *hashCounter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.h.Write(p[:n])
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
@@ -181,7 +182,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	if walkErr != nil {
 		return Result{}, walkErr
 	}
-	res.Size = out.n
+	res.Size = out.n.Load()
 	res.SHA1 = hex.EncodeToString(out.h.Sum(nil))
 	report(opts.Progress, &res, out)
 	return res, nil
@@ -189,7 +190,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 
 func report(fn func(Progress), res *Result, out *hashCounter) {
 	if fn != nil {
-		fn(Progress{Entries: res.Files + res.Dirs + res.Symlinks, Input: res.Input, Output: out.n})
+		fn(Progress{Entries: res.Files + res.Dirs + res.Symlinks, Input: res.Input, Output: out.n.Load()})
 	}
 }
 

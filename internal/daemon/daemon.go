@@ -27,6 +27,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
 )
 
@@ -109,6 +110,13 @@ func Run(ctx context.Context, opts Options) error {
 	defer backups.Close()
 	backups.CleanTemporaries()
 
+	transfers := transfer.New(nodeCtx, transfer.Options{
+		Servers: servers, Panel: client, Config: store, Runtime: rt, Log: log,
+		ProgressInterval: transferProgressInterval(log),
+	})
+	defer transfers.Close()
+	transfers.CleanupStale(ctx)
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -155,7 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
-		Tokens: verifier, OneTime: oneTime,
+		Tokens: verifier, OneTime: oneTime, Transfers: transfers,
 		Version: opts.Version, BootTime: opts.BootTime,
 		Denylist: denylist, Websockets: hub, Activity: acts,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
@@ -263,4 +271,20 @@ func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, r
 			c.Docker.Network.Interfaces.V4 = config.Subnet{Subnet: info.IPv4Subnet, Gateway: info.IPv4Gate}
 		}
 	})
+}
+
+// transferProgressInterval is the period of the transfer progress messages:
+// 5 seconds, as the spec says. WHARF_TRANSFER_PROGRESS_INTERVAL (a Go
+// duration) shortens it for the end-to-end tests.
+func transferProgressInterval(log *slog.Logger) time.Duration {
+	v := os.Getenv("WHARF_TRANSFER_PROGRESS_INTERVAL")
+	if v == "" {
+		return transfer.DefaultProgressInterval
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		log.Warn("ignoring an invalid WHARF_TRANSFER_PROGRESS_INTERVAL", "value", v)
+		return transfer.DefaultProgressInterval
+	}
+	return d
 }

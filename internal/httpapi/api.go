@@ -15,6 +15,7 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
 )
 
@@ -25,6 +26,8 @@ type Deps struct {
 	Servers *server.Manager
 	// Tokens verifies the JWTs of signed URLs, websockets and transfers.
 	Tokens *tokens.Verifier
+	// Transfers runs the outgoing and incoming server transfers.
+	Transfers *transfer.Service
 	// OneTime remembers the one-time ids of signed URLs.
 	OneTime  *tokens.OneTimeStore
 	Backups  *backup.Service

@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/transfer"
 )
 
 // errorBody is the shape of every error answer.
@@ -46,6 +47,16 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, tokens.ErrInvalidToken):
 		// Which check failed is not the client's business (and never the token itself).
 		writeError(w, r, http.StatusUnauthorized, "The signed token is invalid, expired, or was already used.")
+	case errors.Is(err, transfer.ErrInProgress):
+		writeError(w, r, http.StatusConflict, "A transfer is already in progress for this server.")
+	case errors.Is(err, transfer.ErrNotTransferring):
+		writeError(w, r, http.StatusConflict, "Server is not currently being transferred.")
+	case errors.Is(err, transfer.ErrNotCancellable):
+		writeError(w, r, http.StatusConflict, "The transfer is already being cancelled or has finished.")
+	case errors.Is(err, transfer.ErrCancelled):
+		writeError(w, r, http.StatusConflict, "The transfer was cancelled.")
+	case errors.Is(err, transfer.ErrChecksumMismatch), errors.Is(err, transfer.ErrBadForm), errors.Is(err, transfer.ErrBadArchive):
+		writeError(w, r, http.StatusBadRequest, "The transfer was refused: "+err.Error()+".")
 	case errors.Is(err, sandbox.ErrOutsideRoot), errors.Is(err, sandbox.ErrNotExist):
 		writeError(w, r, http.StatusNotFound, "The requested file does not exist.")
 	case errors.Is(err, sandbox.ErrDenied):

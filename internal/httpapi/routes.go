@@ -52,5 +52,11 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/backup", authBearer, a.withServer(a.postBackup)},
 		{"POST /api/servers/{server}/backup/{backup}/restore", authBearer, a.withServer(a.postRestore)},
 		{"DELETE /api/servers/{server}/backup/{backup}", authBearer, a.withServer(a.deleteBackup)},
+
+		// Transfers
+		{"POST /api/servers/{server}/transfer", authBearer, a.withServer(a.postTransfer)},
+		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
+		{"POST /api/transfers", authSigned, http.HandlerFunc(a.postTransfers)},
+		{"DELETE /api/transfers/{server}", authBearer, http.HandlerFunc(a.deleteIncomingTransfer)},
 	}
 }

@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"bufio"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/transfer"
+)
+
+type transferRequest struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
+}
+
+// postTransfer starts an outgoing transfer: 202, then the server streams in
+// the background.
+func (a *API) postTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req transferRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	u, err := url.Parse(req.URL)
+	if req.URL == "" || req.Token == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: url (an http or https URL) and token are required.")
+		return
+	}
+	if _, err := a.Transfers.Send(s, req.URL, req.Token); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// deleteTransfer cancels an outgoing transfer.
+func (a *API) deleteTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	if err := a.Transfers.Outgoing.Cancel(s.UUID()); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// deleteIncomingTransfer cancels an incoming transfer. The server need not
+// be registered: an unknown server is simply not being transferred (409).
+func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) {
+	if err := a.Transfers.Incoming.Cancel(r.PathValue("server")); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// postTransfers receives a server from a source node. The transfer JWT is
+// in "Authorization: Bearer"; only a transfer-purpose token is accepted.
+func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) {
+	scheme, raw, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || scheme != "Bearer" || raw == "" {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
+		return
+	}
+	claims, err := a.Tokens.Transfer(raw)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	liftBodyDeadline(w)
+	if _, busy := a.Transfers.Incoming.Get(claims.ServerUUID); busy {
+		a.fail(w, r, transfer.ErrInProgress)
+		return
+	}
+	mr, err := multipartReader(r)
+	if err != nil {
+		writeError(w, r, http.StatusBadRequest, "The request must be a multipart form holding the archive and its checksum.")
+		return
+	}
+	rc := http.NewResponseController(w)
+	// A cancel breaks a read that waits on a stalled source.
+	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
+	if err := a.Transfers.Receive(r.Context(), claims.ServerUUID, mr, unblock); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// multipartReader reads the form through a large buffer: the multipart
+// reader's own 4 KiB buffer would cost a read call per 4 KiB of archive.
+func multipartReader(r *http.Request) (*multipart.Reader, error) {
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
+		return nil, http.ErrNotMultipart
+	}
+	return multipart.NewReader(bufio.NewReaderSize(r.Body, 1<<20), params["boundary"]), nil
+}

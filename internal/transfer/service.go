@@ -1,0 +1,386 @@
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// Defaults of Options.
+const (
+	DefaultProgressInterval = 5 * time.Second
+	DefaultStopWait         = 15 * time.Second
+	// reportTimeout bounds the calls that tell the backend how a transfer
+	// ended, made after the transfer's own context is gone.
+	reportTimeout = 30 * time.Second
+)
+
+// Options are what the transfer service drives.
+type Options struct {
+	Servers *server.Manager
+	Panel   *panel.Client
+	Config  *config.Store
+	// Runtime removes a container a target created before it went down.
+	Runtime runtime.Runtime
+	Log     *slog.Logger
+	// Client sends outgoing transfers; a client without a timeout when nil.
+	Client *http.Client
+	// ProgressInterval is the period of the `transfer logs` progress
+	// messages (DefaultProgressInterval when zero).
+	ProgressInterval time.Duration
+	// StopWait bounds the wait for a running server to stop before it is
+	// sent (DefaultStopWait when zero).
+	StopWait time.Duration
+	Now      func() time.Time
+}
+
+// Service runs the node's outgoing and incoming transfers.
+type Service struct {
+	opts     Options
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	Outgoing *Registry
+	Incoming *Registry
+}
+
+// New returns the service; ctx is the node's lifetime.
+func New(ctx context.Context, opts Options) *Service {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Client == nil {
+		// No timeout: an archive takes as long as it takes. Cancelling the
+		// transfer's context ends the request.
+		opts.Client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = DefaultProgressInterval
+	}
+	if opts.StopWait <= 0 {
+		opts.StopWait = DefaultStopWait
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	return &Service{opts: opts, ctx: ctx, cancel: cancel, Outgoing: NewRegistry(), Incoming: NewRegistry()}
+}
+
+// Close cancels the outgoing transfers and waits for them to end.
+func (svc *Service) Close() {
+	svc.cancel()
+	svc.wg.Wait()
+}
+
+func (svc *Service) report(uuid string, successful bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(svc.ctx), reportTimeout)
+	defer cancel()
+	err := svc.opts.Panel.SetTransferStatus(ctx, uuid, successful)
+	if err != nil {
+		svc.opts.Log.Error("could not report the end of a transfer to the backend", "server", uuid, "successful", successful, "error", err)
+	}
+	return err
+}
+
+// publisher publishes a transfer's events to the server's subscribers and
+// writes them to the daemon log too, without the colours.
+func (svc *Service) publisher(s *server.Server, direction string) func(events.Event) {
+	log := svc.opts.Log.With("server", s.UUID(), "direction", direction)
+	return func(e events.Event) {
+		switch e.Name {
+		case events.TransferStatus:
+			log.Info("transfer status", "status", strings.Join(e.Args, " "))
+		case events.TransferLogs:
+			log.Info("transfer log", "message", ansi.ReplaceAllString(strings.Join(e.Args, " "), ""))
+		}
+		s.Publish(e)
+	}
+}
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// Send starts an outgoing transfer of s to url (a target's /api/transfers),
+// with token as the Authorization header, and returns at once. The server
+// is flagged transferring until the transfer fails or is cancelled; after a
+// completed transfer it stays flagged, because it now lives on the target
+// (the backend deletes it here).
+func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error) {
+	if !s.SetTransferring(true) {
+		return nil, ErrInProgress
+	}
+	t := newTransfer(svc.ctx, s.UUID(), svc.publisher(s, "outgoing"))
+	if err := svc.Outgoing.add(t); err != nil {
+		s.SetTransferring(false)
+		return nil, err
+	}
+	t.announce()
+	svc.wg.Go(func() { svc.runOutgoing(t, s, url, token) })
+	return t, nil
+}
+
+func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string) {
+	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
+	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
+	tl.msg("Preparing to stream server data to destination...")
+	err := s.StopForTransfer(t.ctx, svc.opts.StopWait)
+	if err == nil && !t.setStatus(Processing) {
+		err = context.Cause(t.ctx)
+	}
+	if err == nil {
+		err = svc.stream(t, s, url, token, tl)
+	}
+	if t.ctx.Err() != nil && err != nil {
+		err = context.Cause(t.ctx)
+	}
+	if err != nil {
+		// Clean up first: the backend learns of the failure, the flag is
+		// cleared and the transfer leaves the active list; then the status
+		// reaches cancelled or failed.
+		_ = svc.report(t.server, false)
+		s.SetTransferring(false)
+		svc.Outgoing.remove(t)
+		switch t.finish(err) {
+		case Cancelled:
+			tl.msg("Transfer cancelled.")
+			log.Info("transfer cancelled")
+		case Completed:
+			// The target confirmed while the error was being handled.
+		default:
+			tl.msg("Transfer failed: " + err.Error())
+			log.Warn("transfer failed", "error", err)
+		}
+		return
+	}
+	svc.Outgoing.remove(t)
+	t.finish(nil)
+	tl.msg("Finished streaming archive to destination.")
+	log.Info("transfer completed")
+}
+
+// stream pushes the archive, publishing progress every ProgressInterval.
+func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl transferLog) error {
+	total := s.Utilization().DiskBytes
+	if total <= 0 {
+		if n, err := s.Files().RefreshUsage(t.ctx); err == nil {
+			total = n
+		}
+	}
+	var read atomic.Int64
+	tl.msg("Streaming archive to destination...")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(svc.opts.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				tl.msg("Uploading " + progressBar(read.Load(), total))
+			case <-stop:
+				return
+			}
+		}
+	})
+	level := archive.ParseLevel(svc.opts.Config.Get().System.Backups.CompressionLevel)
+	err := push(t.ctx, svc.opts.Client, url, token, s.Files().Trusted(), level, func(p archive.Progress) { read.Store(p.Input) })
+	close(stop)
+	wg.Wait()
+	if err == nil {
+		tl.msg("Uploading " + progressBar(read.Load(), max(total, read.Load())))
+	}
+	return err
+}
+
+// Receive runs an incoming transfer of server id, reading the source's form
+// from mr. The server is registered before the archive is read (so it can
+// be queried and cancelled while it streams); on any failure everything
+// created here is removed and the backend is told. unblock, when set, is
+// called on a cancel to break a read that waits on the network.
+func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader, unblock func()) error {
+	t := newTransfer(ctx, id, nil)
+	if err := svc.Incoming.add(t); err != nil {
+		return err
+	}
+	defer svc.Incoming.remove(t)
+	if _, ok := svc.opts.Servers.Get(id); ok {
+		// Not ours to clean up or to report: the server lives here already.
+		t.finish(server.ErrExists)
+		return server.ErrExists
+	}
+	if unblock != nil {
+		stop := context.AfterFunc(t.ctx, func() {
+			if errors.Is(context.Cause(t.ctx), ErrCancelled) {
+				unblock()
+			}
+		})
+		defer stop()
+	}
+	log := svc.opts.Log.With("server", id, "direction", "incoming")
+	if err := svc.mark(id, stageReceiving); err != nil {
+		t.finish(err)
+		return err
+	}
+	s, err := svc.receive(t, id, mr)
+	if err == nil {
+		err = svc.report(id, true)
+	}
+	if err != nil && errors.Is(context.Cause(t.ctx), ErrCancelled) {
+		err = ErrCancelled
+	}
+	if err != nil {
+		if s != nil {
+			if cur, ok := svc.opts.Servers.Get(id); ok && cur == s {
+				t.finish(err) // published to the server's subscribers before it goes
+				if derr := svc.opts.Servers.Delete(context.WithoutCancel(svc.ctx), s); derr != nil {
+					log.Warn("removing the half-received server", "error", derr)
+				}
+			}
+		} else {
+			_ = os.RemoveAll(svc.dataDir(id))
+		}
+		t.finish(err)
+		_ = svc.report(id, false)
+		svc.unmark(id)
+		log.Warn("incoming transfer failed", "error", err, "status", t.Status())
+		return err
+	}
+	svc.unmark(id)
+	s.SetTransferring(false)
+	t.finish(nil)
+	log.Info("incoming transfer completed")
+	return nil
+}
+
+func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (*server.Server, error) {
+	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the server configuration: %w", err)
+	}
+	def, err := server.DefinitionFromPanel(res, svc.opts.Config.Get().System.CrashDetection.Enabled)
+	if err != nil {
+		return nil, err
+	}
+	if def.Config.UUID != id {
+		return nil, fmt.Errorf("the backend answered with the configuration of another server")
+	}
+	s, err := svc.opts.Servers.Add(def)
+	if err != nil {
+		return nil, err
+	}
+	s.SetTransferring(true)
+	t.setPublisher(svc.publisher(s, "incoming"))
+	t.announce()
+	if !t.setStatus(Processing) {
+		return s, context.Cause(t.ctx)
+	}
+	return s, svc.fill(t, s, mr)
+}
+
+// fill extracts the archive into the registered server and creates its container.
+func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) error {
+	cfg := svc.opts.Config.Get()
+	opts := archive.ExtractOptions{
+		WriteLimit: int64(cfg.System.Transfers.DownloadLimit) * 1024 * 1024,
+		TempDir:    cfg.System.TmpDirectory,
+	}
+	if err := receive(t.ctx, mr, s.Files().Trusted(), opts); err != nil {
+		return err
+	}
+	if err := svc.mark(t.server, stageContainer); err != nil {
+		return err
+	}
+	if err := s.CreateContainer(t.ctx); err != nil {
+		return fmt.Errorf("creating the container: %w", err)
+	}
+	return nil
+}
+
+// Stages recorded in the marker of an incoming transfer.
+const (
+	stageReceiving = "receiving"
+	stageContainer = "container"
+)
+
+func (svc *Service) markerDir() string {
+	return filepath.Join(svc.opts.Config.Get().System.RootDirectory, "transfers")
+}
+
+func (svc *Service) dataDir(id string) string {
+	return filepath.Join(svc.opts.Config.Get().System.Data, id)
+}
+
+// mark records an incoming transfer on disk, so that a daemon killed in the
+// middle removes what it left at the next boot.
+func (svc *Service) mark(id, stage string) error {
+	if err := os.MkdirAll(svc.markerDir(), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(svc.markerDir(), id), []byte(stage), 0o600)
+}
+
+func (svc *Service) unmark(id string) {
+	if err := os.Remove(filepath.Join(svc.markerDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		svc.opts.Log.Warn("could not remove a transfer marker", "server", id, "error", err)
+	}
+}
+
+// CleanupStale removes what incoming transfers interrupted by the end of
+// the previous daemon process left behind: their files, and their
+// container when one was created. It runs at boot, after the servers are
+// loaded and before the API serves. A server the backend assigns to this
+// node is kept. (Outgoing transfers leave nothing on disk: the
+// transferring flag lives in memory and is clear after a restart.)
+func (svc *Service) CleanupStale(ctx context.Context) {
+	entries, err := os.ReadDir(svc.markerDir())
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			svc.opts.Log.Warn("could not read the transfer markers", "error", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		id := e.Name()
+		if u, err := uuid.Parse(id); err != nil || u.String() != strings.ToLower(id) {
+			continue
+		}
+		stage, _ := os.ReadFile(filepath.Join(svc.markerDir(), id))
+		if _, ok := svc.opts.Servers.Get(id); ok {
+			svc.opts.Log.Info("an interrupted incoming transfer's server is assigned to this node; keeping it", "server", id)
+			svc.unmark(id)
+			continue
+		}
+		svc.opts.Log.Warn("removing what an interrupted incoming transfer left", "server", id)
+		if string(stage) == stageContainer && svc.opts.Runtime != nil {
+			if err := svc.opts.Runtime.Remove(ctx, id); err != nil {
+				svc.opts.Log.Warn("could not remove the container of an interrupted transfer", "server", id, "error", err)
+				continue
+			}
+		}
+		if err := os.RemoveAll(svc.dataDir(id)); err != nil {
+			svc.opts.Log.Warn("could not remove the files of an interrupted transfer", "server", id, "error", err)
+			continue
+		}
+		svc.unmark(id)
+	}
+}

@@ -1,0 +1,174 @@
+package transfer
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"strings"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// Errors of an incoming transfer's data, answered with 400.
+var (
+	// ErrChecksumMismatch: the archive's SHA-256 is not the one the source sent.
+	ErrChecksumMismatch = errors.New("checksums don't match")
+	// ErrBadForm: the multipart form is not what a source sends.
+	ErrBadForm = errors.New("invalid transfer form")
+	// ErrBadArchive: the archive is corrupt, truncated or unsafe.
+	ErrBadArchive = errors.New("invalid transfer archive")
+)
+
+// StatusError is a target's answer other than 200.
+type StatusError struct{ Code int }
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("unexpected status code from destination: %d", e.Code)
+}
+
+// errAnswered stops the form writer once the target has answered.
+var errAnswered = errors.New("the destination answered before the end of the archive")
+
+// push streams the server files to the target as a multipart form, through
+// a pipe (no temporary file): the part `archive` (archive.tar.gz), then the
+// field `checksum`, the hex SHA-256 of the archive bytes. Authorization
+// carries token exactly as given. Any answer but 200 is a *StatusError.
+func push(ctx context.Context, client *http.Client, url, token string, src *sandbox.FS, level int, progress func(archive.Progress)) error {
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	done := make(chan error, 1)
+	go func() {
+		err := writeForm(ctx, mw, src, level, progress)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pr)
+	if err != nil {
+		pr.CloseWithError(err)
+		<-done
+		return err
+	}
+	req.Header.Set("Authorization", token)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	res, err := client.Do(req)
+	if err != nil {
+		pr.CloseWithError(err)
+		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && ctx.Err() == nil && !errors.Is(werr, err) {
+			return fmt.Errorf("%w (while writing the archive: %v)", err, werr)
+		}
+		return err
+	}
+	defer res.Body.Close()
+	pr.CloseWithError(errAnswered)
+	werr := <-done
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	if res.StatusCode != http.StatusOK {
+		return &StatusError{Code: res.StatusCode}
+	}
+	return werr
+}
+
+func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level int, progress func(archive.Progress)) error {
+	part, err := mw.CreateFormFile("archive", "archive.tar.gz")
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := archive.Write(ctx, io.MultiWriter(part, h), src, archive.WriteOptions{Level: level, Progress: progress}); err != nil {
+		return err
+	}
+	if err := mw.WriteField("checksum", hex.EncodeToString(h.Sum(nil))); err != nil {
+		return err
+	}
+	return mw.Close()
+}
+
+// ctxReader fails reads once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	return c.r.Read(p)
+}
+
+// receive reads a source's form: the `archive` part is extracted into dst
+// while it is hashed, then `checksum` (or `checksum_archive`) must match
+// the hash. Other parts are read and ignored (their names are never used
+// as paths).
+func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts archive.ExtractOptions) error {
+	var sum []byte
+	verified := false
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: %v", ErrBadForm, err)
+		}
+		switch p.FormName() {
+		case "archive":
+			if sum != nil {
+				return fmt.Errorf("%w: more than one archive", ErrBadForm)
+			}
+			h := sha256.New()
+			body := ctxReader{ctx, p}
+			if _, err := archive.Extract(ctx, io.TeeReader(body, h), dst, opts); err != nil {
+				return extractErr(ctx, err)
+			}
+			// The gzip trailer (and any padding) follows the end of the tar.
+			if _, err := io.Copy(h, body); err != nil {
+				return extractErr(ctx, fmt.Errorf("%w: %v", archive.ErrCorrupt, err))
+			}
+			sum = h.Sum(nil)
+		case "checksum", "checksum_archive":
+			if sum == nil {
+				return fmt.Errorf("%w: the archive must be sent before the checksum", ErrBadForm)
+			}
+			v, err := io.ReadAll(io.LimitReader(ctxReader{ctx, p}, 256))
+			if err != nil {
+				return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+			}
+			want, err := hex.DecodeString(strings.TrimSpace(string(v)))
+			if err != nil || !hmac.Equal(want, sum) {
+				return ErrChecksumMismatch
+			}
+			verified = true
+		default:
+			if _, err := io.Copy(io.Discard, ctxReader{ctx, p}); err != nil {
+				return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+			}
+		}
+		_ = p.Close()
+	}
+	if !verified {
+		return fmt.Errorf("%w: missing archive or checksum", ErrBadForm)
+	}
+	return nil
+}
+
+// extractErr prefers the cancellation cause, and marks archive errors.
+func extractErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if errors.Is(err, archive.ErrCorrupt) || errors.Is(err, archive.ErrUnsafeEntry) || errors.Is(err, archive.ErrChecksumMismatch) {
+		return fmt.Errorf("%w: %w", ErrBadArchive, err)
+	}
+	return err
+}
