@@ -15,6 +15,7 @@ import (
 
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/tokens"
 )
 
 // errUploadTooLarge is returned while streaming a file over api.upload_limit.
@@ -30,32 +31,49 @@ func queryToken(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return t, true
 }
 
-// signedServer resolves the server named in a verified token.
-func (a *API) signedServer(w http.ResponseWriter, r *http.Request, uuid string) (*server.Server, bool) {
-	s, ok := a.Servers.Get(uuid)
+// oneTimeGrant is what a verified signed-URL token grants: a server, once.
+type oneTimeGrant struct {
+	server   string
+	uniqueID string
+	expires  time.Time
+}
+
+// redeem verifies the signed URL's token with verify, resolves its server
+// and consumes its one-time id; it answers the request itself on failure.
+func (a *API) redeem(w http.ResponseWriter, r *http.Request, verify func(raw string) (oneTimeGrant, error)) (*server.Server, bool) {
+	raw, ok := queryToken(w, r)
+	if !ok {
+		return nil, false
+	}
+	g, err := verify(raw)
+	if err != nil {
+		a.fail(w, r, err)
+		return nil, false
+	}
+	s, ok := a.Servers.Get(g.server)
 	if !ok {
 		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
+		return nil, false
 	}
-	return s, ok
+	if err := a.OneTime.Use(g.uniqueID, g.expires); err != nil {
+		a.fail(w, r, err)
+		return nil, false
+	}
+	return s, true
 }
 
 // getDownloadFile streams a server file named in a one-time file-download token.
 func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) {
-	raw, ok := queryToken(w, r)
+	var claims *tokens.FileDownloadClaims
+	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
+		c, err := a.Tokens.FileDownload(raw)
+		if err != nil {
+			return oneTimeGrant{}, err
+		}
+		claims = c
+		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
+	})
 	if !ok {
-		return
-	}
-	claims, err := a.Tokens.FileDownload(raw)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	s, ok := a.signedServer(w, r, claims.ServerUUID)
-	if !ok {
-		return
-	}
-	if err := a.OneTime.Use(claims.UniqueID, claims.ExpiresAt); err != nil {
-		a.fail(w, r, err)
 		return
 	}
 	f, err := s.Files().Open(claims.FilePath)
@@ -81,21 +99,16 @@ func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) {
 // getDownloadBackup streams a local backup named in a one-time
 // backup-download token. Only backups of the server named in the token.
 func (a *API) getDownloadBackup(w http.ResponseWriter, r *http.Request) {
-	raw, ok := queryToken(w, r)
+	var claims *tokens.BackupDownloadClaims
+	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
+		c, err := a.Tokens.BackupDownload(raw)
+		if err != nil {
+			return oneTimeGrant{}, err
+		}
+		claims = c
+		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
+	})
 	if !ok {
-		return
-	}
-	claims, err := a.Tokens.BackupDownload(raw)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	s, ok := a.signedServer(w, r, claims.ServerUUID)
-	if !ok {
-		return
-	}
-	if err := a.OneTime.Use(claims.UniqueID, claims.ExpiresAt); err != nil {
-		a.fail(w, r, err)
 		return
 	}
 	p, err := a.Backups.Locate(s, claims.BackupUUID)
@@ -153,21 +166,16 @@ func attachment(name string) string {
 // api.upload_limit MB; a file over the limit is refused as soon as the limit is
 // crossed, and nothing of it is left behind.
 func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) {
-	raw, ok := queryToken(w, r)
+	var claims *tokens.UploadClaims
+	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
+		c, err := a.Tokens.Upload(raw)
+		if err != nil {
+			return oneTimeGrant{}, err
+		}
+		claims = c
+		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
+	})
 	if !ok {
-		return
-	}
-	claims, err := a.Tokens.Upload(raw)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	s, ok := a.signedServer(w, r, claims.ServerUUID)
-	if !ok {
-		return
-	}
-	if err := a.OneTime.Use(claims.UniqueID, claims.ExpiresAt); err != nil {
-		a.fail(w, r, err)
 		return
 	}
 	liftBodyDeadline(w)
