@@ -75,18 +75,7 @@ func (c *hashCounter) Write(p []byte) (int, error) {
 // NewIgnore compiles newline-separated gitignore patterns; nil when there
 // are none.
 func NewIgnore(patterns string) gitignore.Matcher {
-	var ps []gitignore.Pattern
-	for _, l := range strings.Split(patterns, "\n") {
-		l = strings.TrimRight(l, "\r")
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		ps = append(ps, gitignore.ParsePattern(l, nil))
-	}
-	if len(ps) == 0 {
-		return nil
-	}
-	return gitignore.NewMatcher(ps)
+	return sandbox.CompilePatterns(strings.Split(patterns, "\n"))
 }
 
 // Write streams a tar.gz of the whole tree of src into w. It never follows

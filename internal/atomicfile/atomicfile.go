@@ -52,10 +52,16 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 	if testHookBeforeRename != nil {
 		testHookBeforeRename(tmp)
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	return Commit(tmp, path)
+}
+
+// Commit renames a complete, already synced file over path and syncs the
+// directory, for callers that stream a large file themselves (backups).
+func Commit(tmp, path string) error {
+	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("atomicfile: %w", err)
 	}
-	return syncDir(dir)
+	return syncDir(filepath.Dir(path))
 }
 
 func syncDir(dir string) error {

@@ -75,11 +75,10 @@ type Server interface {
 	Context() context.Context
 	Files() *sandbox.FS
 	Publish(events.Event)
-	DaemonMessage(text string)
 	SetRestoring(bool) bool
 	IsRestoring() bool
 	IsTransferring() bool
-	StopForRestore(ctx context.Context, wait time.Duration) error
+	StopForJob(ctx context.Context, wait time.Duration) error
 }
 
 // Service runs backups and restores. Every job is a goroutine of the

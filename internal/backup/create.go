@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 )
@@ -181,17 +182,13 @@ func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore st
 		return Details{}, err
 	}
 	dir := filepath.Dir(tmp)
-	if err := os.WriteFile(ownerPath(dir, backup), []byte(srv.UUID()+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(ownerPath(dir, backup), []byte(srv.UUID()+"\n"), 0o600); err != nil {
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}
-	if err := os.Rename(tmp, LocalPath(dir, backup)); err != nil {
+	if err := atomicfile.Commit(tmp, LocalPath(dir, backup)); err != nil {
 		_ = os.Remove(tmp)
 		return Details{}, err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return Details{Checksum: res.SHA1, Size: res.Size}, nil
 }

@@ -111,7 +111,7 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 }
 
 func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, src io.ReadCloser) (archive.ExtractResult, error) {
-	if err := srv.StopForRestore(ctx, restoreStopWait); err != nil {
+	if err := srv.StopForJob(ctx, restoreStopWait); err != nil {
 		return archive.ExtractResult{}, fmt.Errorf("the server did not stop: %w", err)
 	}
 	cfg := s.cfg.Get()

@@ -1,5 +1,7 @@
 package config
 
+import "path/filepath"
+
 // DefaultPath is where the configuration lives unless --config says otherwise.
 const DefaultPath = "/etc/service/config.yml"
 
@@ -64,4 +66,15 @@ func Defaults() *Config {
 		Throttles:   Throttles{Enabled: true, Lines: 2000, LineResetInterval: 100},
 		RemoteQuery: RemoteQuery{Timeout: 30, BootServersPerPage: 50},
 	}
+}
+
+// PlaceUnder puts every system directory under dir, for a node that keeps all
+// of its state in one place (dev mode, tests).
+func (c *Config) PlaceUnder(dir string) {
+	c.System.RootDirectory = filepath.Join(dir, "lib")
+	c.System.Data = filepath.Join(dir, "lib", "volumes")
+	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
+	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
+	c.System.LogDirectory = filepath.Join(dir, "log")
+	c.System.TmpDirectory = filepath.Join(dir, "tmp")
 }

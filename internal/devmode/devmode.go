@@ -64,8 +64,15 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	hs := &http.Server{Handler: backend.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = hs.Serve(ln)
+	}()
+	defer func() {
+		_ = hs.Close()
+		<-served
+	}()
 
 	// The backend gets a new port each run; the API port is the caller's choice.
 	cfg.Remote = "http://" + ln.Addr().String()
@@ -100,12 +107,7 @@ func loadOrCreate(path, dir string) (*config.Config, error) {
 	c.TokenID = randomHex(8)
 	c.Token = randomHex(32)
 	c.Remote = "http://127.0.0.1:1" // replaced at every start
-	c.System.RootDirectory = filepath.Join(dir, "lib")
-	c.System.Data = filepath.Join(dir, "lib", "volumes")
-	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
-	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
-	c.System.LogDirectory = filepath.Join(dir, "log")
-	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	c.PlaceUnder(dir)
 	if u, err := user.Current(); err == nil {
 		c.System.Username = u.Username
 	}

@@ -110,12 +110,7 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 	c.Remote = panelSrv.URL
 	c.API.Host = "127.0.0.1"
 	c.API.Port = freePort(t)
-	c.System.RootDirectory = filepath.Join(dir, "lib")
-	c.System.Data = filepath.Join(dir, "lib", "volumes")
-	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
-	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
-	c.System.LogDirectory = filepath.Join(dir, "log")
-	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	c.PlaceUnder(dir)
 	c.System.Username = "root"
 	if opts.mutate != nil {
 		opts.mutate(c)

@@ -110,12 +110,7 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	}
 	c.API.Port = ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	c.System.RootDirectory = filepath.Join(dir, "lib")
-	c.System.Data = filepath.Join(dir, "lib", "volumes")
-	c.System.ArchiveDirectory = filepath.Join(dir, "lib", "archives")
-	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
-	c.System.LogDirectory = filepath.Join(dir, "log")
-	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	c.PlaceUnder(dir)
 	c.System.Username = "root"
 	if mutate != nil {
 		mutate(name, c)

@@ -25,15 +25,7 @@ func rewriteJSON(data []byte, rules []rule) ([]byte, bool, []error, error) {
 	if err != nil {
 		return nil, false, nil, err
 	}
-	changed := false
-	var ruleErrs []error
-	for i := range rules {
-		c, err := applyTree(root, &rules[i])
-		changed = changed || c
-		if err != nil {
-			ruleErrs = append(ruleErrs, &RuleError{Match: rules[i].match, Err: err})
-		}
-	}
+	changed, ruleErrs := applyTreeRules(root, rules)
 	if !changed {
 		return data, false, ruleErrs, nil
 	}

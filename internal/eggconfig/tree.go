@@ -23,6 +23,19 @@ type treeEdit struct {
 	changed bool
 }
 
+// applyTreeRules applies every rule to the tree (JSON and YAML share it);
+// a rule that fails is reported and the others still apply.
+func applyTreeRules(root *yaml.Node, rules []rule) (changed bool, ruleErrs []error) {
+	for i := range rules {
+		c, err := applyTree(root, &rules[i])
+		changed = changed || c
+		if err != nil {
+			ruleErrs = append(ruleErrs, &RuleError{Match: rules[i].match, Err: err})
+		}
+	}
+	return changed, ruleErrs
+}
+
 // applyTree applies one rule to the document root node (not the DocumentNode).
 func applyTree(root *yaml.Node, r *rule) (changed bool, err error) {
 	segs, err := parsePath(r.match)

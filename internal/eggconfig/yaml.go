@@ -41,15 +41,7 @@ func rewriteYAML(data []byte, rules []rule) ([]byte, bool, []error, error) {
 	}
 	root := doc.Content[0]
 
-	changed := false
-	var ruleErrs []error
-	for i := range rules {
-		c, err := applyTree(root, &rules[i])
-		changed = changed || c
-		if err != nil {
-			ruleErrs = append(ruleErrs, &RuleError{Match: rules[i].match, Err: err})
-		}
-	}
+	changed, ruleErrs := applyTreeRules(root, rules)
 	if !changed {
 		return data, false, ruleErrs, nil
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
-	"github.com/wharf/wharf/internal/tokens"
 )
 
 // errUploadTooLarge is returned while streaming a file over api.upload_limit.
@@ -31,48 +30,40 @@ func queryToken(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return t, true
 }
 
-// oneTimeGrant is what a verified signed-URL token grants: a server, once.
-type oneTimeGrant struct {
-	server   string
-	uniqueID string
-	expires  time.Time
+// oneTimeClaims are the claims of a signed URL usable once.
+type oneTimeClaims interface {
+	OneTimeUse() (server, uniqueID string, exp time.Time)
 }
 
 // redeem verifies the signed URL's token with verify, resolves its server
 // and consumes its one-time id; it answers the request itself on failure.
-func (a *API) redeem(w http.ResponseWriter, r *http.Request, verify func(raw string) (oneTimeGrant, error)) (*server.Server, bool) {
+func redeem[C oneTimeClaims](a *API, w http.ResponseWriter, r *http.Request, verify func(raw string) (C, error)) (C, *server.Server, bool) {
+	var none C
 	raw, ok := queryToken(w, r)
 	if !ok {
-		return nil, false
+		return none, nil, false
 	}
-	g, err := verify(raw)
+	claims, err := verify(raw)
 	if err != nil {
 		a.fail(w, r, err)
-		return nil, false
+		return none, nil, false
 	}
-	s, ok := a.Servers.Get(g.server)
+	uuid, id, exp := claims.OneTimeUse()
+	s, ok := a.Servers.Get(uuid)
 	if !ok {
 		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
-		return nil, false
+		return none, nil, false
 	}
-	if err := a.OneTime.Use(g.uniqueID, g.expires); err != nil {
+	if err := a.OneTime.Use(id, exp); err != nil {
 		a.fail(w, r, err)
-		return nil, false
+		return none, nil, false
 	}
-	return s, true
+	return claims, s, true
 }
 
 // getDownloadFile streams a server file named in a one-time file-download token.
 func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) {
-	var claims *tokens.FileDownloadClaims
-	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
-		c, err := a.Tokens.FileDownload(raw)
-		if err != nil {
-			return oneTimeGrant{}, err
-		}
-		claims = c
-		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
-	})
+	claims, s, ok := redeem(a, w, r, a.Tokens.FileDownload)
 	if !ok {
 		return
 	}
@@ -99,15 +90,7 @@ func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) {
 // getDownloadBackup streams a local backup named in a one-time
 // backup-download token. Only backups of the server named in the token.
 func (a *API) getDownloadBackup(w http.ResponseWriter, r *http.Request) {
-	var claims *tokens.BackupDownloadClaims
-	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
-		c, err := a.Tokens.BackupDownload(raw)
-		if err != nil {
-			return oneTimeGrant{}, err
-		}
-		claims = c
-		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
-	})
+	claims, s, ok := redeem(a, w, r, a.Tokens.BackupDownload)
 	if !ok {
 		return
 	}
@@ -166,15 +149,7 @@ func attachment(name string) string {
 // api.upload_limit MB; a file over the limit is refused as soon as the limit is
 // crossed, and nothing of it is left behind.
 func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) {
-	var claims *tokens.UploadClaims
-	s, ok := a.redeem(w, r, func(raw string) (oneTimeGrant, error) {
-		c, err := a.Tokens.Upload(raw)
-		if err != nil {
-			return oneTimeGrant{}, err
-		}
-		claims = c
-		return oneTimeGrant{c.ServerUUID, c.UniqueID, c.ExpiresAt}, nil
-	})
+	claims, s, ok := redeem(a, w, r, a.Tokens.Upload)
 	if !ok {
 		return
 	}

@@ -18,6 +18,17 @@ type denylist struct {
 }
 
 func compileDenylist(lines []string) *denylist {
+	m := CompilePatterns(lines)
+	if m == nil {
+		return nil
+	}
+	return &denylist{m: m}
+}
+
+// CompilePatterns compiles gitignore-syntax lines (blank lines and comments
+// are skipped); nil when there are none. The denylist and the backup ignore
+// lists share it, so both read patterns the same way.
+func CompilePatterns(lines []string) gitignore.Matcher {
 	var ps []gitignore.Pattern
 	for _, l := range lines {
 		l = strings.TrimRight(l, "\r")
@@ -29,7 +40,7 @@ func compileDenylist(lines []string) *denylist {
 	if len(ps) == 0 {
 		return nil
 	}
-	return &denylist{m: gitignore.NewMatcher(ps)}
+	return gitignore.NewMatcher(ps)
 }
 
 // match reports whether the cleaned relative name is denied. The root

@@ -75,8 +75,7 @@ func (s *Server) attach(ctx context.Context) error {
 	s.run = run
 	s.mu.Unlock()
 	if old != nil {
-		old.cancel()
-		_ = old.stream.Close()
+		old.end()
 	}
 	if !s.goServer(func() {
 		defer close(run.done)
@@ -111,8 +110,7 @@ func (s *Server) detach() {
 	s.run = nil
 	s.mu.Unlock()
 	if run != nil {
-		run.cancel()
-		_ = run.stream.Close()
+		run.end()
 	}
 }
 

@@ -129,6 +129,13 @@ type containerRun struct {
 	mu     sync.Mutex // serialises writes to stdin
 }
 
+// end stops the goroutines of the attachment and closes the stream; the
+// container is not touched.
+func (r *containerRun) end() {
+	r.cancel()
+	_ = r.stream.Close()
+}
+
 // newServer builds a server; the manager calls it.
 func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
@@ -371,8 +378,7 @@ func (s *Server) close() {
 	run := s.run
 	s.mu.Unlock()
 	if run != nil {
-		run.cancel()
-		_ = run.stream.Close()
+		run.end()
 	}
 	s.wg.Wait()
 }

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/wharf/wharf/internal/atomicfile"
 )
 
 // OneTimeStore accepts each one-time id (a token's unique_id) once, and
@@ -149,35 +150,15 @@ func (s *OneTimeStore) prune(now time.Time) {
 // appending. Called with mu held (or before the store is shared).
 func (s *OneTimeStore) compact() error {
 	s.prune(s.now())
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".tmp-*")
+	err := atomicfile.Write(s.path, 0o600, func(out io.Writer) error {
+		w := bufio.NewWriter(out)
+		for id, exp := range s.ids {
+			_, _ = w.WriteString(strconv.FormatInt(exp.Unix(), 10) + " " + strconv.Quote(id) + "\n")
+		}
+		return w.Flush()
+	})
 	if err != nil {
-		return fmt.Errorf("one-time store: %w", err)
-	}
-	w := bufio.NewWriter(tmp)
-	for id, exp := range s.ids {
-		_, _ = w.WriteString(strconv.FormatInt(exp.Unix(), 10) + " " + strconv.Quote(id) + "\n")
-	}
-	err = w.Flush()
-	if err == nil {
-		err = tmp.Chmod(0o600)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), s.path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("one-time store: compact: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {

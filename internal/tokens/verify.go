@@ -81,6 +81,22 @@ type UploadClaims struct {
 	ExpiresAt  time.Time
 }
 
+// OneTimeUse returns what a signed-URL token grants once: its server, its
+// one-time id and when that id may be forgotten.
+func (c *FileDownloadClaims) OneTimeUse() (server, uniqueID string, exp time.Time) {
+	return c.ServerUUID, c.UniqueID, c.ExpiresAt
+}
+
+// OneTimeUse: see FileDownloadClaims.OneTimeUse.
+func (c *BackupDownloadClaims) OneTimeUse() (server, uniqueID string, exp time.Time) {
+	return c.ServerUUID, c.UniqueID, c.ExpiresAt
+}
+
+// OneTimeUse: see FileDownloadClaims.OneTimeUse.
+func (c *UploadClaims) OneTimeUse() (server, uniqueID string, exp time.Time) {
+	return c.ServerUUID, c.UniqueID, c.ExpiresAt
+}
+
 // TransferClaims are the claims of a transfer token.
 type TransferClaims struct {
 	ServerUUID string // from server_uuid, or from sub when absent

@@ -143,7 +143,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
-	err := s.StopForTransfer(t.ctx, svc.opts.StopWait)
+	err := s.StopForJob(t.ctx, svc.opts.StopWait)
 	if err == nil && !t.setStatus(Processing) {
 		err = context.Cause(t.ctx)
 	}

@@ -337,11 +337,18 @@ func (r *Runtime) Logs(ctx context.Context, name string, n int) ([]string, error
 	if info.Config == nil || !info.Config.Tty {
 		// Without a TTY the log is multiplexed (stdout/stderr frames).
 		pr, pw := io.Pipe()
+		copied := make(chan struct{})
 		go func() {
+			defer close(copied)
 			_, err := stdcopy.StdCopy(pw, pw, rc)
 			pw.CloseWithError(err)
 		}()
-		defer pr.Close()
+		// Closing both ends stops the copy wherever it is; then wait for it.
+		defer func() {
+			_ = pr.Close()
+			_ = rc.Close()
+			<-copied
+		}()
 		src = pr
 	}
 	lines, err := splitLines(src, maxLogLine)
