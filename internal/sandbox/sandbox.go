@@ -164,6 +164,19 @@ func (f *FS) checkDeny(op, rel string) error {
 	return nil
 }
 
+// allowed cleans a user-given name and checks it against the denylist: the
+// first step of every operation that reads contents or changes anything.
+func (f *FS) allowed(op, name string) (string, error) {
+	rel, err := clean(op, name)
+	if err != nil {
+		return "", err
+	}
+	if err := f.checkDeny(op, rel); err != nil {
+		return "", err
+	}
+	return rel, nil
+}
+
 // checkOpened refuses an opened file whose real name is denied. This is the
 // race-free check: it looks at the file the descriptor refers to.
 func (f *FS) checkOpened(op, rel string, file *os.File) error {
@@ -203,11 +216,8 @@ func (f *FS) Open(name string) (*File, error) {
 }
 
 func (f *FS) open(op, name string) (*File, error) {
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return nil, err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return nil, err
 	}
 	file, err := f.s.root.Open(rel)
@@ -615,11 +625,8 @@ func (f *FS) Remove(name string) error {
 // checked on name only, not on what lies below it.
 func (f *FS) RemoveAll(name string) error {
 	const op = "remove"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	if rel == "." {
@@ -648,11 +655,8 @@ func (f *FS) RemoveAll(name string) error {
 // setuid, setgid and sticky are dropped.
 func (f *FS) Chmod(name string, mode fs.FileMode) error {
 	const op = "chmod"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	return wrap(op, rel, f.s.root.Chmod(rel, mode&fs.ModePerm))
@@ -661,11 +665,8 @@ func (f *FS) Chmod(name string, mode fs.FileMode) error {
 // Lchown changes the owner of name itself (a link, not its target).
 func (f *FS) Lchown(name string, uid, gid int) error {
 	const op = "chown"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	return wrap(op, rel, f.s.root.Lchown(rel, uid, gid))
@@ -674,11 +675,8 @@ func (f *FS) Lchown(name string, uid, gid int) error {
 // Chown changes the owner of name, following in-root links.
 func (f *FS) Chown(name string, uid, gid int) error {
 	const op = "chown"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	return wrap(op, rel, f.s.root.Chown(rel, uid, gid))
@@ -688,11 +686,8 @@ func (f *FS) Chown(name string, uid, gid int) error {
 // in-root links (a link leading out of the root is refused).
 func (f *FS) Chtimes(name string, atime, mtime time.Time) error {
 	const op = "chtimes"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	return wrap(op, rel, f.s.root.Chtimes(rel, atime, mtime))
@@ -701,11 +696,8 @@ func (f *FS) Chtimes(name string, atime, mtime time.Time) error {
 // Lchtimes changes the times of name itself (a link, not its target).
 func (f *FS) Lchtimes(name string, atime, mtime time.Time) error {
 	const op = "chtimes"
-	rel, err := clean(op, name)
+	rel, err := f.allowed(op, name)
 	if err != nil {
-		return err
-	}
-	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
 	if rel == "." {
