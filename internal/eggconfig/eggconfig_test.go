@@ -298,6 +298,7 @@ func TestRewriters(t *testing.T) {
 		{"properties if_value on unescaped value", "properties", "url=http\\://x\n", []Replacement{rwIf("url", "http://x", "y")}, "url=y\n", 0},
 		{"properties append without trailing newline", "properties", "a=1", []Replacement{rw("b", 2)}, "a=1\nb=2\n", 0},
 		{"properties crlf kept", "properties", "a=1\r\nb=2\r\n", []Replacement{rw("a", 5), rw("c", 3)}, "a=5\r\nb=2\r\nc=3\r\n", 0},
+		{"properties lone cr is a line end", "properties", "a=1\rb=2\r", []Replacement{rw("b", 5), rw("c", 3)}, "a=1\rb=5\rc=3\r", 0},
 		{"properties non-BMP", "properties", "", []Replacement{rw("e", "😀")}, "e=\\uD83D\\uDE00\n", 0},
 		{"properties surrogate read back", "properties", "e=\\uD83D\\uDE00\n", []Replacement{rwIf("e", "😀", "ok")}, "e=ok\n", 0},
 		{"yaml sequence of maps wildcard", "yaml", "a:\n- p: 1\n- p: 2\n", []Replacement{rw("a.*.p", 9)}, "a:\n- p: 9\n- p: 9\n", 0},

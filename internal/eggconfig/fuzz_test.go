@@ -48,7 +48,7 @@ func FuzzProperties(f *testing.F) {
 			return
 		}
 		// The value written reads back exactly (escaping is correct).
-		for _, e := range parseProperties(splitLines(out)) {
+		for _, e := range parseProperties(splitPropertyLines(out)) {
 			if e.key == r.match && e.value != r.val.text {
 				t.Fatalf("key %q reads back %q, want %q\n%s", r.match, e.value, r.val.text, out)
 			}

@@ -18,12 +18,13 @@ func splitLines(data []byte) [][]byte {
 	return lines
 }
 
-// lineBody returns the line without its "\n" or "\r\n" terminator, and the terminator.
+// lineBody returns the line without its "\n", "\r\n" or lone "\r" terminator, and the
+// terminator.
 func lineBody(line []byte) (body, eol []byte) {
 	if bytes.HasSuffix(line, []byte("\r\n")) {
 		return line[:len(line)-2], line[len(line)-2:]
 	}
-	if bytes.HasSuffix(line, []byte("\n")) {
+	if bytes.HasSuffix(line, []byte("\n")) || bytes.HasSuffix(line, []byte("\r")) {
 		return line[:len(line)-1], line[len(line)-1:]
 	}
 	return line, nil
@@ -46,8 +47,10 @@ func joinLines(lines [][]byte, extra []string, eol string) []byte {
 	for _, l := range lines {
 		buf.Write(l)
 	}
-	if len(extra) > 0 && buf.Len() > 0 && !bytes.HasSuffix(buf.Bytes(), []byte("\n")) {
-		buf.WriteString(eol)
+	if len(extra) > 0 && buf.Len() > 0 {
+		if _, last := lineBody(buf.Bytes()); len(last) == 0 {
+			buf.WriteString(eol)
+		}
 	}
 	for _, e := range extra {
 		buf.WriteString(e)

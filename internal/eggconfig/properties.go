@@ -1,6 +1,7 @@
 package eggconfig
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,7 +20,7 @@ type propEntry struct {
 // java.util.Properties.store escapes them (non-ASCII as \uXXXX), so any Java reader gets them
 // back exactly.
 func rewriteProperties(data []byte, rules []rule) ([]byte, bool, []error, error) {
-	lines := splitLines(data)
+	lines := splitPropertyLines(data)
 	entries := parseProperties(lines)
 	eol := fileEOL(lines)
 	var extra []string
@@ -67,6 +68,25 @@ func rewriteProperties(data []byte, rules []rule) ([]byte, bool, []error, error)
 		return data, false, nil, nil
 	}
 	return joinLines(lines, extra, eol), true, nil, nil
+}
+
+// splitPropertyLines splits data as java.util.Properties.load does: after "\n", "\r\n" or a
+// lone "\r". Every element keeps its terminator.
+func splitPropertyLines(data []byte) [][]byte {
+	var lines [][]byte
+	for len(data) > 0 {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			lines = append(lines, data)
+			break
+		}
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		lines = append(lines, data[:i+1])
+		data = data[i+1:]
+	}
+	return lines
 }
 
 func isPropWS(c byte) bool { return c == ' ' || c == '\t' || c == '\f' }
