@@ -107,7 +107,6 @@ func benchFS(b *testing.B, root string) *sandbox.FS {
 	return f.Trusted()
 }
 
-
 // BenchmarkBackupCreate: archive.Write of the tree into a file, next to
 // the ceiling for create: a minimal archive/tar + pgzip level 1 on all
 // cores into a file, nothing else.
