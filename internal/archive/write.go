@@ -149,7 +149,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			hdr.Linkname = target
 			res.Symlinks++
 		case fi.Mode().IsRegular():
-			return writeFile(tw, src, rel, hdr, buf, fileHash, man, &res)
+			return writeFile(tw, src, rel, d, hdr, buf, fileHash, man, &res)
 		default:
 			return nil // socket, device, FIFO
 		}
@@ -183,8 +183,8 @@ func report(fn func(Progress), res *Result, out *hashCounter) {
 	}
 }
 
-func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, hdr *tar.Header, buf []byte, h hash.Hash, man *spool, res *Result) error {
-	f, err := src.Open(rel)
+func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, d fs.DirEntry, hdr *tar.Header, buf []byte, h hash.Hash, man *spool, res *Result) error {
+	f, err := src.OpenEntry(rel, d)
 	if err != nil {
 		return nil // vanished, or swapped for a link leading out: leave it out
 	}

@@ -628,3 +628,64 @@ func hasPrefix(es []fs.DirEntry, p string) bool {
 	}
 	return false
 }
+
+// TestOpenEntryStaysInside: opening entries through the walk's directory
+// descriptors reads the same files as Open, never reaches outside through a
+// link, honours the denylist, and after a file is swapped for a link
+// leading out, opens nothing outside.
+func TestOpenEntryStaysInside(t *testing.T) {
+	fx := newFixture(t, Options{UID: -1, GID: -1, Denylist: []string{"top.txt"}})
+	if err := os.WriteFile(filepath.Join(fx.root, "inside/nested/ok.txt"), []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]string{}
+	err := fx.fs.Walk("/", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		p = strings.TrimPrefix(p, "/")
+		if p == "inside/file.txt" { // swapped for a link out after the listing
+			if err := os.Remove(filepath.Join(fx.root, p)); err != nil {
+				return err
+			}
+			if err := os.Symlink(filepath.Join(fx.outside, "secret.txt"), filepath.Join(fx.root, p)); err != nil {
+				return err
+			}
+		}
+		f, err := fx.fs.OpenEntry(p, d)
+		if err != nil {
+			read[p] = "error"
+			return nil
+		}
+		defer f.Close()
+		b, err := io.ReadAll(f)
+		if err != nil {
+			return err
+		}
+		read[p] = string(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, content := range read {
+		if strings.Contains(content, secret) {
+			t.Errorf("%s read a file outside the root", p)
+		}
+	}
+	if read["top.txt"] != "error" {
+		t.Errorf("denylisted top.txt opened: %q", read["top.txt"])
+	}
+	if read["inside/file.txt"] != "error" {
+		t.Errorf("file swapped for a link out: read %q", read["inside/file.txt"])
+	}
+	if read["inside/nested/ok.txt"] != "ok" || len(read) != 3 {
+		t.Errorf("regular files read: %v, want top.txt, inside/file.txt and inside/nested/ok.txt", read)
+	}
+	// An entry from elsewhere falls back to opening by name.
+	f, err := fx.fs.Trusted().OpenEntry("top.txt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+}
