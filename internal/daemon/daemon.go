@@ -111,7 +111,7 @@ func Run(ctx context.Context, opts Options) error {
 	backups.CleanTemporaries()
 
 	transfers := transfer.New(nodeCtx, transfer.Options{
-		Servers: servers, Panel: client, Config: store, Runtime: rt, Log: log,
+		Servers: servers, Panel: client, Config: store, Log: log,
 		ProgressInterval: transferProgressInterval(log),
 	})
 	defer transfers.Close()

@@ -22,7 +22,6 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
-	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -40,8 +39,6 @@ type Options struct {
 	Servers *server.Manager
 	Panel   *panel.Client
 	Config  *config.Store
-	// Runtime removes a container a target created before it went down.
-	Runtime runtime.Runtime
 	Log     *slog.Logger
 	// Client sends outgoing transfers; a client without a timeout when nil.
 	Client *http.Client
@@ -371,8 +368,8 @@ func (svc *Service) CleanupStale(ctx context.Context) {
 			continue
 		}
 		svc.opts.Log.Warn("removing what an interrupted incoming transfer left", "server", id)
-		if string(stage) == stageContainer && svc.opts.Runtime != nil {
-			if err := svc.opts.Runtime.Remove(ctx, id); err != nil {
+		if string(stage) == stageContainer {
+			if err := svc.opts.Servers.RemoveContainer(ctx, id); err != nil {
 				svc.opts.Log.Warn("could not remove the container of an interrupted transfer", "server", id, "error", err)
 				continue
 			}
