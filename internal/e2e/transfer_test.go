@@ -151,6 +151,11 @@ func TestTransferArrivesIdentical(t *testing.T) {
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	fill(t, c.Source, id, 8<<20)
 	want := snap(t, c.Source.dataDir(id))
+	// A running server is stopped, and its container removed, before it is
+	// sent: both nodes share this Docker engine, and the target's container
+	// takes the same name.
+	c.Source.power(id, "start")
+	c.Source.waitLog(id, "Done (")
 
 	c.startTransfer(id)
 	c.waitReports(c.Target, id, []string{"success"}, 60*time.Second)
@@ -163,7 +168,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 		t.Fatalf("target GET: %d %s", res.StatusCode, body)
 	}
 	ci, err := testimages.Client(t).ContainerInspect(context.Background(), id)
-	if err != nil || !strings.Contains(strings.Join(ci.Config.Env, " "), "MAX_PLAYERS=20") {
+	if err != nil || !strings.Contains(strings.Join(ci.Config.Env, " "), "MAX_PLAYERS=20") || ci.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
 		t.Fatalf("target container: %v", err)
 	}
 	if got := c.reports(c.Source, id); len(got) != 0 {
@@ -191,6 +196,29 @@ func TestTransferArrivesIdentical(t *testing.T) {
 		t.Fatalf("tree differs after the target restarted (-source +target):\n%s", diff)
 	}
 	c.Target.assertUsable(id)
+
+	// The panel then deletes the server on the source. The source forgets
+	// it and its files but leaves the target's container (same engine, same
+	// name) alone, and the server keeps running on the target.
+	c.Target.power(id, "start")
+	c.Target.waitLog(id, "Done (")
+	running, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	if err != nil || running.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
+		t.Fatalf("the target's container after a start: %v", err)
+	}
+	if res, body := c.Source.request("DELETE", "/api/servers/"+id, nil, ""); res.StatusCode != 204 {
+		t.Fatalf("delete on the source: %d %s", res.StatusCode, body)
+	}
+	c.Source.assertGone(id)
+	c.Source.waitDaemonLog(`level=WARN msg="leaving the container alone: it belongs to another node" server=`+id+` container=`+id+` node=`+c.Target.Config.UUID, 10*time.Second)
+	after, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	if err != nil || after.ID != running.ID || after.State == nil || !after.State.Running {
+		t.Fatalf("the target's container after the delete on the source: %v", err)
+	}
+	c.Target.waitState(id, "running", 10*time.Second)
+	c.Target.command(id, "echo still here")
+	c.Target.waitLog(id, "still here")
+
 	logs := c.Source.log.String()
 	for _, m := range []string{"Preparing to stream server data to destination...", "Streaming archive to destination...", "Finished streaming archive to destination."} {
 		if !strings.Contains(logs, m) {

@@ -141,6 +141,14 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
+	if err == nil {
+		// The stopped container is not needed any more (a start re-creates
+		// it), and on a Docker engine shared with the target it would hold
+		// the name that the target's container needs.
+		if rerr := svc.opts.Servers.RemoveContainer(t.ctx, t.server); rerr != nil {
+			log.Warn("could not remove the stopped container before sending", "error", rerr)
+		}
+	}
 	if err == nil && !t.setStatus(Processing) {
 		err = context.Cause(t.ctx)
 	}
