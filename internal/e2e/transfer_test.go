@@ -417,3 +417,82 @@ func TestTransferTargetKilled(t *testing.T) {
 	c.startTransfer(id)
 	c.waitReports(c.Target, id, []string{"success"}, 90*time.Second)
 }
+
+// kill -9 of the source mid-transfer: the target notices the truncated
+// stream, removes what it received and the server it registered, and
+// reports the failure; the restarted source has the server usable again,
+// tells the panel that the transfer it was running failed, and can send
+// the server again.
+func TestTransferSourceKilled(t *testing.T) {
+	const id = "7a000009-0000-4000-8000-000000000009"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
+	fill(t, c.Source, id, 16<<20)
+	want := snap(t, c.Source.dataDir(id))
+	c.startTransfer(id)
+	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=processing`, 20*time.Second)
+	time.Sleep(time.Second)
+	c.Source.kill9()
+
+	c.waitReports(c.Target, id, []string{"failure"}, 30*time.Second)
+	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=failed`, 10*time.Second)
+	c.Target.assertGone(id)
+	if _, err := testimages.Client(t).ContainerInspect(context.Background(), id); err == nil {
+		t.Fatal("a container exists for a transfer whose source died")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(c.Target.Config.System.RootDirectory, "transfers")); len(entries) != 0 {
+		t.Fatalf("transfer markers left on the target: %v", entries)
+	}
+	res, body := c.Target.request("GET", "/api/servers", nil, "")
+	if res.StatusCode != 200 || strings.Contains(string(body), id) {
+		t.Fatalf("the target still lists the server: %d %s", res.StatusCode, body)
+	}
+	if res, body := c.Target.request("DELETE", "/api/transfers/"+id, nil, ""); res.StatusCode != 409 {
+		t.Fatalf("incoming cancel after the failure: %d %s", res.StatusCode, body)
+	}
+
+	// The panel still assigns the server to the source, which boots with
+	// it usable, not transferring, its files untouched, and reports that
+	// the transfer it was running when it died failed.
+	c.Source.restart()
+	c.waitReports(c.Source, id, []string{"failure"}, 30*time.Second)
+	if res, body := c.Source.request("GET", "/api/servers/"+id, nil, ""); res.StatusCode != 200 {
+		t.Fatalf("source GET after the restart: %d %s", res.StatusCode, body)
+	}
+	res, body = c.Source.request("DELETE", "/api/servers/"+id+"/transfer", nil, "")
+	assertJSONError(t, res, body, 409)
+	if !strings.Contains(string(body), "not currently being transferred") {
+		t.Fatalf("outgoing cancel after the restart: %s", body)
+	}
+	c.Source.assertUsable(id)
+	if diff := cmp.Diff(want, snap(t, c.Source.dataDir(id))); diff != "" {
+		t.Fatalf("the source's files changed (-before +after):\n%s", diff)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(c.Source.Config.System.RootDirectory, "transfers", "outgoing")); len(entries) != 0 {
+		t.Fatalf("outgoing transfer markers left on the source: %v", entries)
+	}
+	// Nothing is stuck: the server can be moved again.
+	c.startTransfer(id)
+	c.waitReports(c.Target, id, []string{"failure", "success"}, 90*time.Second)
+	c.Source.waitDaemonLog(`server=`+id+` direction=outgoing status=completed`, 30*time.Second)
+	if got := c.reports(c.Source, id); !slices.Equal(got, []string{"failure"}) {
+		t.Fatalf("source reports %v, want only the boot-time failure", got)
+	}
+
+	// Had the source died after the target's success, the panel would
+	// have moved the server: the restarted source reports nothing then.
+	c.assign[c.Source].set(id, false)
+	c.assign[c.Target].set(id, true)
+	outgoing := filepath.Join(c.Source.Config.System.RootDirectory, "transfers", "outgoing")
+	c.Source.kill9()
+	if err := os.WriteFile(filepath.Join(outgoing, id), []byte("sending"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Source.restart()
+	c.Source.waitDaemonLog(`no longer assigned to this node; nothing to report" server=`+id, 10*time.Second)
+	if got := c.reports(c.Source, id); !slices.Equal(got, []string{"failure"}) {
+		t.Fatalf("source reports %v after a restart without the server", got)
+	}
+	if entries, _ := os.ReadDir(outgoing); len(entries) != 0 {
+		t.Fatalf("outgoing transfer markers left on the source: %v", entries)
+	}
+}
