@@ -111,8 +111,7 @@ func Run(ctx context.Context, opts Options) error {
 	backups.CleanTemporaries()
 
 	transfers := transfer.New(nodeCtx, transfer.Options{
-		Servers: servers, Panel: client, Config: store, Runtime: rt, Log: log,
-		ProgressInterval: transferProgressInterval(log),
+		Servers: servers, Panel: client, Config: store, Log: log,
 	})
 	defer transfers.Close()
 	transfers.CleanupStale(ctx)
@@ -271,20 +270,4 @@ func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, r
 			c.Docker.Network.Interfaces.V4 = config.Subnet{Subnet: info.IPv4Subnet, Gateway: info.IPv4Gate}
 		}
 	})
-}
-
-// transferProgressInterval is the period of the transfer progress messages:
-// 5 seconds, as the spec says. WHARF_TRANSFER_PROGRESS_INTERVAL (a Go
-// duration) shortens it for the end-to-end tests.
-func transferProgressInterval(log *slog.Logger) time.Duration {
-	v := os.Getenv("WHARF_TRANSFER_PROGRESS_INTERVAL")
-	if v == "" {
-		return transfer.DefaultProgressInterval
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		log.Warn("ignoring an invalid WHARF_TRANSFER_PROGRESS_INTERVAL", "value", v)
-		return transfer.DefaultProgressInterval
-	}
-	return d
 }

@@ -151,6 +151,11 @@ func TestTransferArrivesIdentical(t *testing.T) {
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	fill(t, c.Source, id, 8<<20)
 	want := snap(t, c.Source.dataDir(id))
+	// A running server is stopped, and its container removed, before it is
+	// sent: both nodes share this Docker engine, and the target's container
+	// takes the same name.
+	c.Source.power(id, "start")
+	c.Source.waitLog(id, "Done (")
 
 	c.startTransfer(id)
 	c.waitReports(c.Target, id, []string{"success"}, 60*time.Second)
@@ -163,7 +168,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 		t.Fatalf("target GET: %d %s", res.StatusCode, body)
 	}
 	ci, err := testimages.Client(t).ContainerInspect(context.Background(), id)
-	if err != nil || !strings.Contains(strings.Join(ci.Config.Env, " "), "MAX_PLAYERS=20") {
+	if err != nil || !strings.Contains(strings.Join(ci.Config.Env, " "), "MAX_PLAYERS=20") || ci.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
 		t.Fatalf("target container: %v", err)
 	}
 	if got := c.reports(c.Source, id); len(got) != 0 {
@@ -191,6 +196,29 @@ func TestTransferArrivesIdentical(t *testing.T) {
 		t.Fatalf("tree differs after the target restarted (-source +target):\n%s", diff)
 	}
 	c.Target.assertUsable(id)
+
+	// The panel then deletes the server on the source. The source forgets
+	// it and its files but leaves the target's container (same engine, same
+	// name) alone, and the server keeps running on the target.
+	c.Target.power(id, "start")
+	c.Target.waitLog(id, "Done (")
+	running, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	if err != nil || running.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
+		t.Fatalf("the target's container after a start: %v", err)
+	}
+	if res, body := c.Source.request("DELETE", "/api/servers/"+id, nil, ""); res.StatusCode != 204 {
+		t.Fatalf("delete on the source: %d %s", res.StatusCode, body)
+	}
+	c.Source.assertGone(id)
+	c.Source.waitDaemonLog(`level=WARN msg="leaving the container alone: it belongs to another node" server=`+id+` container=`+id+` node=`+c.Target.Config.UUID, 10*time.Second)
+	after, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	if err != nil || after.ID != running.ID || after.State == nil || !after.State.Running {
+		t.Fatalf("the target's container after the delete on the source: %v", err)
+	}
+	c.Target.waitState(id, "running", 10*time.Second)
+	c.Target.command(id, "echo still here")
+	c.Target.waitLog(id, "still here")
+
 	logs := c.Source.log.String()
 	for _, m := range []string{"Preparing to stream server data to destination...", "Streaming archive to destination...", "Finished streaming archive to destination."} {
 		if !strings.Contains(logs, m) {
@@ -388,4 +416,83 @@ func TestTransferTargetKilled(t *testing.T) {
 	// And the server can be moved again.
 	c.startTransfer(id)
 	c.waitReports(c.Target, id, []string{"success"}, 90*time.Second)
+}
+
+// kill -9 of the source mid-transfer: the target notices the truncated
+// stream, removes what it received and the server it registered, and
+// reports the failure; the restarted source has the server usable again,
+// tells the panel that the transfer it was running failed, and can send
+// the server again.
+func TestTransferSourceKilled(t *testing.T) {
+	const id = "7a000009-0000-4000-8000-000000000009"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
+	fill(t, c.Source, id, 16<<20)
+	want := snap(t, c.Source.dataDir(id))
+	c.startTransfer(id)
+	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=processing`, 20*time.Second)
+	time.Sleep(time.Second)
+	c.Source.kill9()
+
+	c.waitReports(c.Target, id, []string{"failure"}, 30*time.Second)
+	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=failed`, 10*time.Second)
+	c.Target.assertGone(id)
+	if _, err := testimages.Client(t).ContainerInspect(context.Background(), id); err == nil {
+		t.Fatal("a container exists for a transfer whose source died")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(c.Target.Config.System.RootDirectory, "transfers")); len(entries) != 0 {
+		t.Fatalf("transfer markers left on the target: %v", entries)
+	}
+	res, body := c.Target.request("GET", "/api/servers", nil, "")
+	if res.StatusCode != 200 || strings.Contains(string(body), id) {
+		t.Fatalf("the target still lists the server: %d %s", res.StatusCode, body)
+	}
+	if res, body := c.Target.request("DELETE", "/api/transfers/"+id, nil, ""); res.StatusCode != 409 {
+		t.Fatalf("incoming cancel after the failure: %d %s", res.StatusCode, body)
+	}
+
+	// The panel still assigns the server to the source, which boots with
+	// it usable, not transferring, its files untouched, and reports that
+	// the transfer it was running when it died failed.
+	c.Source.restart()
+	c.waitReports(c.Source, id, []string{"failure"}, 30*time.Second)
+	if res, body := c.Source.request("GET", "/api/servers/"+id, nil, ""); res.StatusCode != 200 {
+		t.Fatalf("source GET after the restart: %d %s", res.StatusCode, body)
+	}
+	res, body = c.Source.request("DELETE", "/api/servers/"+id+"/transfer", nil, "")
+	assertJSONError(t, res, body, 409)
+	if !strings.Contains(string(body), "not currently being transferred") {
+		t.Fatalf("outgoing cancel after the restart: %s", body)
+	}
+	c.Source.assertUsable(id)
+	if diff := cmp.Diff(want, snap(t, c.Source.dataDir(id))); diff != "" {
+		t.Fatalf("the source's files changed (-before +after):\n%s", diff)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(c.Source.Config.System.RootDirectory, "transfers", "outgoing")); len(entries) != 0 {
+		t.Fatalf("outgoing transfer markers left on the source: %v", entries)
+	}
+	// Nothing is stuck: the server can be moved again.
+	c.startTransfer(id)
+	c.waitReports(c.Target, id, []string{"failure", "success"}, 90*time.Second)
+	c.Source.waitDaemonLog(`server=`+id+` direction=outgoing status=completed`, 30*time.Second)
+	if got := c.reports(c.Source, id); !slices.Equal(got, []string{"failure"}) {
+		t.Fatalf("source reports %v, want only the boot-time failure", got)
+	}
+
+	// Had the source died after the target's success, the panel would
+	// have moved the server: the restarted source reports nothing then.
+	c.assign[c.Source].set(id, false)
+	c.assign[c.Target].set(id, true)
+	outgoing := filepath.Join(c.Source.Config.System.RootDirectory, "transfers", "outgoing")
+	c.Source.kill9()
+	if err := os.WriteFile(filepath.Join(outgoing, id), []byte("sending"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Source.restart()
+	c.Source.waitDaemonLog(`no longer assigned to this node; nothing to report" server=`+id, 10*time.Second)
+	if got := c.reports(c.Source, id); !slices.Equal(got, []string{"failure"}) {
+		t.Fatalf("source reports %v after a restart without the server", got)
+	}
+	if entries, _ := os.ReadDir(outgoing); len(entries) != 0 {
+		t.Fatalf("outgoing transfer markers left on the source: %v", entries)
+	}
 }

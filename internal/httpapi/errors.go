@@ -55,7 +55,8 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusConflict, "The transfer is already being cancelled or has finished.")
 	case errors.Is(err, transfer.ErrCancelled):
 		writeError(w, r, http.StatusConflict, "The transfer was cancelled.")
-	case errors.Is(err, transfer.ErrChecksumMismatch), errors.Is(err, transfer.ErrBadForm), errors.Is(err, transfer.ErrBadArchive):
+	case errors.Is(err, transfer.ErrChecksumMismatch), errors.Is(err, transfer.ErrBadForm), errors.Is(err, transfer.ErrBadArchive),
+		errors.Is(err, transfer.ErrSourceGone): // nobody reads that answer, but it is no error of ours
 		writeError(w, r, http.StatusBadRequest, "The transfer was refused: "+err.Error()+".")
 	case errors.Is(err, sandbox.ErrOutsideRoot), errors.Is(err, sandbox.ErrNotExist):
 		writeError(w, r, http.StatusNotFound, "The requested file does not exist.")

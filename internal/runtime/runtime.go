@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -17,6 +18,23 @@ var ErrNotFound = errors.New("runtime: not found")
 // running (it exited between the caller's check and the signal).
 var ErrNotRunning = errors.New("runtime: container not running")
 
+// NodeLabel is the container label naming the node (its configuration
+// `uuid`) that created the container. Several nodes may share one engine,
+// and a container's name (the server UUID) does not say whose it is.
+const NodeLabel = "NodeUUID"
+
+// OtherNodeError is returned by Remove (and Create, which removes first)
+// when the container of that name carries the NodeLabel of another node:
+// it is left alone.
+type OtherNodeError struct {
+	Container string
+	Node      string // the node named by the label
+}
+
+func (e *OtherNodeError) Error() string {
+	return fmt.Sprintf("runtime: container %s belongs to node %s", e.Container, e.Node)
+}
+
 // Runtime runs containers. Every method is safe for concurrent use.
 type Runtime interface {
 	// EnsureImage makes the image available locally. A leading "~" means a
@@ -24,7 +42,9 @@ type Runtime interface {
 	// exists locally is not an error (the caller is told through progress).
 	EnsureImage(ctx context.Context, image string, auth *RegistryAuth, progress func(line string)) error
 	// Create creates (never starts) a container from spec. An existing
-	// container with the same name is removed first.
+	// container with the same name is removed first, as Remove does with
+	// spec.Labels[NodeLabel] as the node: one that another node created
+	// is left alone and the create fails with an *OtherNodeError.
 	Create(ctx context.Context, spec ContainerSpec) error
 	// Attach connects to the container's stdin and its combined output. It
 	// must be called before Start to see the very first output line.
@@ -48,8 +68,12 @@ type Runtime interface {
 	Update(ctx context.Context, name string, limits Limits) error
 	// Logs returns up to the last n lines of the container's log.
 	Logs(ctx context.Context, name string, n int) ([]string, error)
-	// Remove force-removes the container; a missing container is not an error.
-	Remove(ctx context.Context, name string) error
+	// Remove force-removes the container; a missing container is not an
+	// error. When node is not empty and the container's NodeLabel names
+	// another node, the container is left alone and the error is an
+	// *OtherNodeError; a container without the label (made by an older
+	// version or another agent) is removed.
+	Remove(ctx context.Context, name, node string) error
 	// EnsureNetwork creates the network when missing and reports what exists.
 	EnsureNetwork(ctx context.Context, spec NetworkSpec) (NetworkInfo, error)
 }

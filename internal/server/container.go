@@ -119,14 +119,20 @@ func ContainerLimits(b Build, d config.Docker) runtime.Limits {
 	return l
 }
 
-// ContainerLabels are the backend's labels plus ours, which win.
-func ContainerLabels(c Configuration, containerType string) map[string]string {
-	labels := make(map[string]string, len(c.Labels)+2)
+// ContainerLabels are the backend's labels plus ours, which win: the
+// service, the container type and the node that creates the container
+// (runtime.NodeLabel, the node's uuid; never taken from the backend).
+func ContainerLabels(c Configuration, containerType, node string) map[string]string {
+	labels := make(map[string]string, len(c.Labels)+3)
 	for k, v := range c.Labels {
 		labels[k] = v
 	}
 	labels["Service"] = "Wharf"
 	labels["ContainerType"] = containerType
+	delete(labels, runtime.NodeLabel)
+	if node != "" {
+		labels[runtime.NodeLabel] = node
+	}
 	return labels
 }
 
@@ -195,7 +201,7 @@ func ServerContainerSpec(c Configuration, node *config.Config, dataDir string) (
 		Image:      strings.TrimPrefix(c.Container.Image, "~"),
 		User:       fmt.Sprintf("%d:%d", node.System.User.UID, node.System.User.GID),
 		Env:        EnvironmentVariables(c, node.System.Timezone),
-		Labels:     ContainerLabels(c, "server_process"),
+		Labels:     ContainerLabels(c, "server_process", node.UUID),
 		Mounts:     mounts,
 		Ports:      PortBindings(c.Allocations),
 		Limits:     ContainerLimits(c.Build, d),

@@ -170,14 +170,21 @@ func TestContainerMounts(t *testing.T) {
 func TestServerContainerSpec(t *testing.T) {
 	node := config.Defaults()
 	node.System.User.UID, node.System.User.GID = 988, 988
+	node.UUID = "5e0c1d2f-3a4b-4c5d-8e6f-708192a3b4c5"
 	c := parseConfig(t, `{"uuid": "2b4c6d8e-0a1b-4c3d-8e5f-7a9b1c3d5e7f", "container": {"image": "~local/img:1"},
-		"labels": {"Service": "spoofed", "team": "a"}}`)
+		"labels": {"Service": "spoofed", "NodeUUID": "spoofed", "team": "a"}}`)
 	spec, _ := ServerContainerSpec(c, node, "/data/u")
 	if spec.Name != c.UUID || spec.Hostname != c.UUID || spec.Image != "local/img:1" || spec.User != "988:988" || !spec.Hardened {
 		t.Errorf("spec = %+v", spec)
 	}
-	if spec.Labels["Service"] != "Wharf" || spec.Labels["ContainerType"] != "server_process" || spec.Labels["team"] != "a" {
+	if spec.Labels["Service"] != "Wharf" || spec.Labels["ContainerType"] != "server_process" || spec.Labels["team"] != "a" ||
+		spec.Labels[runtime.NodeLabel] != node.UUID {
 		t.Errorf("labels = %v", spec.Labels)
+	}
+	// Without a node uuid (tests only: the configuration requires one) the
+	// backend still cannot name a node.
+	if l := ContainerLabels(c, "server_installer", ""); l["ContainerType"] != "server_installer" || l[runtime.NodeLabel] != "" {
+		t.Errorf("labels without a node = %v", l)
 	}
 	if spec.Tmpfs["/tmp"] != "rw,exec,nosuid,size=100M" || spec.Network != node.Docker.Network.Mode {
 		t.Errorf("tmpfs %v network %q", spec.Tmpfs, spec.Network)

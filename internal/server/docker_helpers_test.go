@@ -87,8 +87,8 @@ func newDockerEnv(t testing.TB, opts envOptions, servers ...devpanel.Server) *do
 		}
 		m.Close()
 		for _, id := range ids {
-			_ = rt.Remove(context.Background(), id)
-			_ = rt.Remove(context.Background(), id+"_installer")
+			_ = rt.Remove(context.Background(), id, "")
+			_ = rt.Remove(context.Background(), id+"_installer", "")
 		}
 	})
 	if err := m.LoadFromPanel(context.Background(), 50); err != nil {

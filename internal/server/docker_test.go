@@ -338,6 +338,57 @@ func TestDockerDeleteLeavesNothing(t *testing.T) {
 	}
 }
 
+// Two nodes sharing one Docker engine (a transferred server's name is the
+// same on both): a container labelled for another node is never removed or
+// killed on behalf of a server of this node; an unlabelled one (an older
+// version's) is treated as ours.
+func TestDockerDeleteLeavesOtherNodesContainer(t *testing.T) {
+	const us, them = "0a0a0a0a-0000-4000-8000-00000000000a", "0b0b0b0b-0000-4000-8000-00000000000b"
+	theirs, unlabelled := gameDef(nil), gameDef(nil)
+	e := newDockerEnv(t, envOptions{mutate: func(c *config.Config) { c.UUID = us }}, theirs, unlabelled)
+	ctx := context.Background()
+	t.Cleanup(func() { _ = e.rt.Remove(context.Background(), theirs.UUID, "") })
+	create := func(id, node string) {
+		t.Helper()
+		spec, _ := ServerContainerSpec(e.server(id).Definition().Config, e.cfg.Get(), e.server(id).DataDir())
+		spec.Labels = ContainerLabels(e.server(id).Definition().Config, "server_process", node)
+		if err := e.rt.Create(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(theirs.UUID, them)
+	if err := e.rt.Start(ctx, theirs.UUID); err != nil {
+		t.Fatal(err)
+	}
+	create(unlabelled.UUID, "")
+
+	// Neither a create nor a failed start of ours touches their container.
+	s := e.server(theirs.UUID)
+	var other *runtime.OtherNodeError
+	if err := s.CreateContainer(ctx); !errors.As(err, &other) || other.Node != them {
+		t.Fatalf("CreateContainer over another node's container = %v", err)
+	}
+	if err := s.Power(ctx, PowerStart, time.Second); !errors.As(err, &other) {
+		t.Fatalf("start over another node's container = %v", err)
+	}
+	if s.State() != Offline {
+		t.Fatalf("state %s after the refused start", s.State())
+	}
+	if err := e.m.Delete(ctx, s); err != nil {
+		t.Fatalf("Delete = %v, want nil (their container is simply not ours)", err)
+	}
+	if st, err := e.rt.Inspect(ctx, theirs.UUID); err != nil || !st.Running {
+		t.Fatalf("the other node's container after our delete: %+v, %v", st, err)
+	}
+
+	if err := e.m.Delete(ctx, e.server(unlabelled.UUID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.Inspect(ctx, unlabelled.UUID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("unlabelled container after the delete: %v, want ErrNotFound", err)
+	}
+}
+
 // Console throttling: a flood gets one notice per window, and the console
 // keeps working afterwards.
 func TestDockerThrottleNotice(t *testing.T) {

@@ -82,7 +82,7 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("installer image: %w", err)
 	}
 	spec := s.installerSpec(def, script.ContainerImage, script.Entrypoint, scriptDir)
-	defer func() { _ = rt.Remove(context.WithoutCancel(ctx), spec.Name) }()
+	defer func() { _ = s.deps.removeContainer(context.WithoutCancel(ctx), s.log, spec.Name) }()
 	if err := rt.Create(ctx, spec); err != nil {
 		return false, err
 	}
@@ -168,7 +168,7 @@ func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir stri
 		Entrypoint: []string{entrypoint},
 		Cmd:        []string{"/mnt/install/install.sh"},
 		Env:        EnvironmentVariables(def.Config, cfg.System.Timezone),
-		Labels:     ContainerLabels(def.Config, "server_installer"),
+		Labels:     ContainerLabels(def.Config, "server_installer", cfg.UUID),
 		Mounts:     []runtime.Mount{{Source: s.DataDir(), Target: "/mnt/server"}, {Source: scriptDir, Target: "/mnt/install"}},
 		Limits:     limits,
 		Tmpfs:      map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,size=%dM", d.TmpfsSize)},

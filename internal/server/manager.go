@@ -278,7 +278,7 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	m.remove(uuid)
 	var errs []error
 	for _, name := range []string{uuid, uuid + "_installer"} {
-		if err := m.deps.Runtime.Remove(ctx, name); err != nil {
+		if err := m.deps.removeContainer(ctx, s.log, name); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -287,6 +287,23 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	}
 	s.events.Close()
 	return errors.Join(errs...)
+}
+
+// RemoveContainer removes a container of this node by name. A container
+// that another node sharing the Docker engine created is not ours: it is
+// left alone, with a warning, and that is not an error.
+func (m *Manager) RemoveContainer(ctx context.Context, name string) error {
+	return m.deps.removeContainer(ctx, m.log, name)
+}
+
+func (d *Deps) removeContainer(ctx context.Context, log *slog.Logger, name string) error {
+	err := d.Runtime.Remove(ctx, name, d.Config.Get().UUID)
+	var other *runtime.OtherNodeError
+	if errors.As(err, &other) {
+		log.Warn("leaving the container alone: it belongs to another node", "container", name, "node", other.Node)
+		return nil
+	}
+	return err
 }
 
 // Close stops every server's goroutines at daemon shutdown. Containers keep

@@ -224,8 +224,12 @@ func (s *Server) start(ctx context.Context) error {
 		s.expectedExit.Store(true)
 		s.detach()
 		// The engine may have started the container although the call
-		// failed (a kill cancelled it mid-way): make sure it is not left running.
-		_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
+		// failed (a kill cancelled it mid-way): make sure it is not left
+		// running, unless the name is another node's container.
+		var other *runtime.OtherNodeError
+		if !errors.As(err, &other) {
+			_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
+		}
 		s.setState(Offline)
 		return err
 	}

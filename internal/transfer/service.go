@@ -22,7 +22,6 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
-	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -40,8 +39,6 @@ type Options struct {
 	Servers *server.Manager
 	Panel   *panel.Client
 	Config  *config.Store
-	// Runtime removes a container a target created before it went down.
-	Runtime runtime.Runtime
 	Log     *slog.Logger
 	// Client sends outgoing transfers; a client without a timeout when nil.
 	Client *http.Client
@@ -134,6 +131,12 @@ func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error)
 		s.SetTransferring(false)
 		return nil, err
 	}
+	if err := svc.mark(svc.outgoingDir(), t.server, stageSending); err != nil {
+		svc.Outgoing.remove(t)
+		t.cancel(err)
+		s.SetTransferring(false)
+		return nil, fmt.Errorf("recording the transfer: %w", err)
+	}
 	t.announce()
 	svc.wg.Go(func() { svc.runOutgoing(t, s, url, token) })
 	return t, nil
@@ -144,6 +147,14 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
+	if err == nil {
+		// The stopped container is not needed any more (a start re-creates
+		// it), and on a Docker engine shared with the target it would hold
+		// the name that the target's container needs.
+		if rerr := svc.opts.Servers.RemoveContainer(t.ctx, t.server); rerr != nil {
+			log.Warn("could not remove the stopped container before sending", "error", rerr)
+		}
+	}
 	if err == nil && !t.setStatus(Processing) {
 		err = context.Cause(t.ctx)
 	}
@@ -158,6 +169,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		// cleared and the transfer leaves the active list; then the status
 		// reaches cancelled or failed.
 		_ = svc.report(t.server, false)
+		svc.unmark(svc.outgoingDir(), t.server)
 		s.SetTransferring(false)
 		svc.Outgoing.remove(t)
 		switch t.finish(err) {
@@ -172,6 +184,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		}
 		return
 	}
+	svc.unmark(svc.outgoingDir(), t.server)
 	svc.Outgoing.remove(t)
 	t.finish(nil)
 	tl.msg("Finished streaming archive to destination.")
@@ -237,7 +250,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		defer stop()
 	}
 	log := svc.opts.Log.With("server", id, "direction", "incoming")
-	if err := svc.mark(id, stageReceiving); err != nil {
+	if err := svc.mark(svc.markerDir(), id, stageReceiving); err != nil {
 		t.finish(err)
 		return err
 	}
@@ -245,8 +258,13 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 	if err == nil {
 		err = svc.report(id, true)
 	}
-	if err != nil && errors.Is(context.Cause(t.ctx), ErrCancelled) {
+	switch {
+	case err == nil:
+	case errors.Is(context.Cause(t.ctx), ErrCancelled):
 		err = ErrCancelled
+	case ctx.Err() != nil:
+		// The request's context ends when the source's connection breaks.
+		err = fmt.Errorf("%w: %w", ErrSourceGone, err)
 	}
 	if err != nil {
 		if s != nil {
@@ -261,11 +279,11 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		}
 		t.finish(err)
 		_ = svc.report(id, false)
-		svc.unmark(id)
+		svc.unmark(svc.markerDir(), id)
 		log.Warn("incoming transfer failed", "error", err, "status", t.Status())
 		return err
 	}
-	svc.unmark(id)
+	svc.unmark(svc.markerDir(), id)
 	s.SetTransferring(false)
 	t.finish(nil)
 	log.Info("incoming transfer completed")
@@ -307,7 +325,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	if err := receive(t.ctx, mr, s.Files().Trusted(), opts); err != nil {
 		return err
 	}
-	if err := svc.mark(t.server, stageContainer); err != nil {
+	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
 		return err
 	}
 	if err := s.CreateContainer(t.ctx); err != nil {
@@ -316,63 +334,117 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	return nil
 }
 
-// Stages recorded in the marker of an incoming transfer.
+// Stages recorded in the marker of a transfer.
 const (
-	stageReceiving = "receiving"
-	stageContainer = "container"
+	stageReceiving = "receiving" // incoming
+	stageContainer = "container" // incoming
+	stageSending   = "sending"   // outgoing
 )
 
+// markerDir holds the markers of the incoming transfers.
 func (svc *Service) markerDir() string {
 	return filepath.Join(svc.opts.Config.Get().System.RootDirectory, "transfers")
+}
+
+// outgoingDir holds the markers of the outgoing transfers.
+func (svc *Service) outgoingDir() string {
+	return filepath.Join(svc.markerDir(), "outgoing")
 }
 
 func (svc *Service) dataDir(id string) string {
 	return filepath.Join(svc.opts.Config.Get().System.Data, id)
 }
 
-// mark records an incoming transfer on disk, so that a daemon killed in the
-// middle removes what it left at the next boot.
-func (svc *Service) mark(id, stage string) error {
-	if err := os.MkdirAll(svc.markerDir(), 0o700); err != nil {
+// mark records a transfer on disk (in markerDir or outgoingDir), so that a
+// daemon killed in the middle cleans up after it at the next boot.
+func (svc *Service) mark(dir, id, stage string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(filepath.Join(svc.markerDir(), id), []byte(stage), 0o600)
+	return atomicfile.WriteFile(filepath.Join(dir, id), []byte(stage), 0o600)
 }
 
-func (svc *Service) unmark(id string) {
-	if err := os.Remove(filepath.Join(svc.markerDir(), id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (svc *Service) unmark(dir, id string) {
+	if err := os.Remove(filepath.Join(dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		svc.opts.Log.Warn("could not remove a transfer marker", "server", id, "error", err)
 	}
 }
 
-// CleanupStale removes what incoming transfers interrupted by the end of
-// the previous daemon process left behind: their files, and their
-// container when one was created. It runs at boot, after the servers are
-// loaded and before the API serves. A server the backend assigns to this
-// node is kept. (Outgoing transfers leave nothing on disk: the
-// transferring flag lives in memory and is clear after a restart.)
+// CleanupStale clears what the transfers interrupted by the end of the
+// previous daemon process (kill -9, crash, power loss) left behind. It runs
+// at boot, after the servers are loaded and before the API serves.
+//
+// An incoming transfer's files are removed, and its container when one was
+// created; a server the backend assigns to this node is kept.
+//
+// For an outgoing transfer, the backend is told that it failed, unless the
+// backend no longer assigns the server to this node (the target reported
+// success first). The server itself needs nothing: the transferring flag
+// lives in memory and is clear after a restart, and the source's files
+// were only read. Without this report, a transfer whose target never heard
+// of the failure (the source died before or while connecting) would stay
+// in progress on the panel forever.
 func (svc *Service) CleanupStale(ctx context.Context) {
-	entries, err := os.ReadDir(svc.markerDir())
+	svc.cleanupIncoming(ctx)
+	svc.failOutgoing()
+}
+
+// markers lists the server UUIDs that have a marker in dir.
+func (svc *Service) markers(dir string) []string {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
-			svc.opts.Log.Warn("could not read the transfer markers", "error", err)
+			svc.opts.Log.Warn("could not read the transfer markers", "directory", dir, "error", err)
 		}
-		return
+		return nil
 	}
+	var ids []string
 	for _, e := range entries {
 		id := e.Name()
-		if u, err := uuid.Parse(id); err != nil || u.String() != strings.ToLower(id) {
+		if u, err := uuid.Parse(id); err == nil && u.String() == strings.ToLower(id) && e.Type().IsRegular() {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (svc *Service) failOutgoing() {
+	for _, id := range svc.markers(svc.outgoingDir()) {
+		log := svc.opts.Log.With("server", id, "direction", "outgoing")
+		if _, ok := svc.opts.Servers.Get(id); !ok {
+			log.Info("an interrupted outgoing transfer's server is no longer assigned to this node; nothing to report")
+			svc.unmark(svc.outgoingDir(), id)
 			continue
 		}
+		log.Warn("an outgoing transfer was interrupted by the end of the previous daemon process; telling the backend it failed")
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(svc.ctx), reportTimeout)
+		err := svc.opts.Panel.SetTransferStatus(ctx, id, false)
+		cancel()
+		var rerr *panel.RequestError
+		switch {
+		case err == nil:
+		case errors.As(err, &rerr) && rerr.Status < 500:
+			// The panels answer 409 when the transfer already ended
+			// (the target reported the failure first).
+			log.Info("the backend no longer has the transfer in progress", "status", rerr.Status)
+		default:
+			log.Error("could not report the interrupted transfer to the backend", "error", err)
+		}
+		svc.unmark(svc.outgoingDir(), id)
+	}
+}
+
+func (svc *Service) cleanupIncoming(ctx context.Context) {
+	for _, id := range svc.markers(svc.markerDir()) {
 		stage, _ := os.ReadFile(filepath.Join(svc.markerDir(), id))
 		if _, ok := svc.opts.Servers.Get(id); ok {
 			svc.opts.Log.Info("an interrupted incoming transfer's server is assigned to this node; keeping it", "server", id)
-			svc.unmark(id)
+			svc.unmark(svc.markerDir(), id)
 			continue
 		}
 		svc.opts.Log.Warn("removing what an interrupted incoming transfer left", "server", id)
-		if string(stage) == stageContainer && svc.opts.Runtime != nil {
-			if err := svc.opts.Runtime.Remove(ctx, id); err != nil {
+		if string(stage) == stageContainer {
+			if err := svc.opts.Servers.RemoveContainer(ctx, id); err != nil {
 				svc.opts.Log.Warn("could not remove the container of an interrupted transfer", "server", id, "error", err)
 				continue
 			}
@@ -381,6 +453,6 @@ func (svc *Service) CleanupStale(ctx context.Context) {
 			svc.opts.Log.Warn("could not remove the files of an interrupted transfer", "server", id, "error", err)
 			continue
 		}
-		svc.unmark(id)
+		svc.unmark(svc.markerDir(), id)
 	}
 }

@@ -35,6 +35,9 @@ var (
 	ErrInProgress = errors.New("a transfer is already in progress for this server")
 	// ErrCancelled is the cause of a transfer's context after a cancel request.
 	ErrCancelled = errors.New("the transfer was cancelled")
+	// ErrSourceGone: the request of an incoming transfer ended before its end
+	// (the source died or went away, or this daemon is shutting down).
+	ErrSourceGone = errors.New("the connection from the source ended before the end of the transfer")
 )
 
 // transitions is the table of the spec, plus the ends the spec leaves out:

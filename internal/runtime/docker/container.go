@@ -29,14 +29,14 @@ var hardenedCapDrop = []string{
 	"fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
 }
 
-// Create removes any container named spec.Name, then creates (never starts)
-// a new one from spec.
+// Create removes any container named spec.Name (unless another node
+// created it: see Remove), then creates (never starts) a new one from spec.
 func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error {
 	if spec.Name == "" || spec.Image == "" {
 		return errors.New("docker: create: container name and image are required")
 	}
-	if err := r.Remove(ctx, spec.Name); err != nil {
-		return err
+	if err := r.Remove(ctx, spec.Name, spec.Labels[runtime.NodeLabel]); err != nil {
+		return fmt.Errorf("docker: create %s: %w", spec.Name, err)
 	}
 	cfg, hostCfg, err := containerConfig(spec)
 	if err != nil {
@@ -300,9 +300,27 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, erro
 }
 
 // Remove force-removes the container and its anonymous volumes. A missing
-// container is not an error.
-func (r *Runtime) Remove(ctx context.Context, name string) error {
-	err := r.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true})
+// container is not an error. With a node, a container whose NodeLabel names
+// another node is left alone (*runtime.OtherNodeError), and the container
+// removed is the one inspected, not one created under the name since.
+func (r *Runtime) Remove(ctx context.Context, name, node string) error {
+	id := name
+	if node != "" {
+		info, err := r.cli.ContainerInspect(ctx, name)
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return wrap("remove", name, err)
+		}
+		if info.Config != nil {
+			if owner := info.Config.Labels[runtime.NodeLabel]; owner != "" && owner != node {
+				return &runtime.OtherNodeError{Container: name, Node: owner}
+			}
+		}
+		id = info.ID
+	}
+	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return wrap("remove", name, err)
 	}

@@ -218,8 +218,10 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 	spec.DNS = []string{"1.1.1.1", "1.0.0.1"}
 	spec.LogConfig = runtime.LogConfig{Type: "local", Config: map[string]string{"max-size": "5m", "max-file": "1", "compress": "false", "mode": "non-blocking"}}
 	spec.Hardened = true
+	spec.Labels[runtime.NodeLabel] = "node-" + randHex(4)
 
-	// Create twice: the second create replaces the first container.
+	// Create twice: the second create replaces the first container (of the
+	// same node).
 	if err := r.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -252,6 +254,7 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 	check("AttachStdin", cfg.AttachStdin, true)
 	check("label Service", cfg.Labels["Service"], "Wharf")
 	check("label ContainerType", cfg.Labels["ContainerType"], "server_process")
+	check("label NodeUUID", cfg.Labels[runtime.NodeLabel], spec.Labels[runtime.NodeLabel])
 	check("Memory", hc.Memory, spec.Limits.MemoryBytes)
 	check("MemoryReservation", hc.MemoryReservation, spec.Limits.MemoryReservationBytes)
 	check("MemorySwap", hc.MemorySwap, spec.Limits.MemorySwapBytes)
@@ -438,7 +441,7 @@ func TestMissingContainer(t *testing.T) {
 	r := newRuntime(t)
 	ctx := context.Background()
 	name := "wharf-test-missing-" + randHex(4)
-	if err := r.Remove(ctx, name); err != nil {
+	if err := r.Remove(ctx, name, ""); err != nil {
 		t.Errorf("Remove of a missing container = %v, want nil", err)
 	}
 	if _, err := r.Inspect(ctx, name); !errors.Is(err, runtime.ErrNotFound) {
@@ -462,12 +465,66 @@ func TestRemoveRunningContainer(t *testing.T) {
 	r := newRuntime(t)
 	spec := gameServerSpec(t, r, "remove")
 	c := startGameServer(t, r, spec)
-	if err := r.Remove(context.Background(), spec.Name); err != nil {
+	if err := r.Remove(context.Background(), spec.Name, ""); err != nil {
 		t.Fatal(err)
 	}
 	c.waitEnd(t, 20*time.Second)
 	if _, err := r.Inspect(context.Background(), spec.Name); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Inspect after Remove = %v, want ErrNotFound", err)
+	}
+}
+
+// Two nodes sharing one engine: a container labelled for another node
+// survives a Remove (and the remove-before-create of a Create) on behalf of
+// this node; an unlabelled one (an older version's, or another agent's) is
+// treated as ours and removed.
+func TestRemoveLeavesOtherNodesContainer(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	const us, them = "node-a", "node-b"
+
+	theirs := gameServerSpec(t, r, "owner")
+	theirs.Labels[runtime.NodeLabel] = them
+	if err := r.Create(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	before, err := rawClient(t).ContainerInspect(ctx, theirs.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other *runtime.OtherNodeError
+	if err := r.Remove(ctx, theirs.Name, us); !errors.As(err, &other) || other.Node != them || other.Container != theirs.Name {
+		t.Fatalf("Remove of another node's container = %v, want an OtherNodeError naming %s", err, them)
+	}
+	ours := theirs
+	ours.Labels = map[string]string{runtime.NodeLabel: us}
+	if err := r.Create(ctx, ours); !errors.As(err, &other) || other.Node != them {
+		t.Fatalf("Create over another node's container = %v, want an OtherNodeError naming %s", err, them)
+	}
+	after, err := rawClient(t).ContainerInspect(ctx, theirs.Name)
+	if err != nil || after.ID != before.ID || after.Config.Labels[runtime.NodeLabel] != them {
+		t.Fatalf("the other node's container did not survive: %v", err)
+	}
+	// Its own node removes it.
+	if err := r.Remove(ctx, theirs.Name, them); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Inspect(ctx, theirs.Name); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("Inspect after the owner's Remove = %v, want ErrNotFound", err)
+	}
+
+	unlabelled := gameServerSpec(t, r, "unlabelled")
+	if err := r.Create(ctx, unlabelled); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove(ctx, unlabelled.Name, us); err != nil {
+		t.Fatalf("Remove of an unlabelled container = %v, want nil", err)
+	}
+	if _, err := r.Inspect(ctx, unlabelled.Name); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("Inspect after removing an unlabelled container = %v, want ErrNotFound", err)
+	}
+	if err := r.Remove(ctx, unlabelled.Name, us); err != nil {
+		t.Fatalf("Remove of a missing container with a node = %v, want nil", err)
 	}
 }
 

@@ -62,7 +62,7 @@ func gameServerSpec(t *testing.T, r *Runtime, label string) runtime.ContainerSpe
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := r.Remove(ctx, name); err != nil {
+		if err := r.Remove(ctx, name, ""); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
