@@ -12,13 +12,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/klauspost/pgzip"
 
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
@@ -57,58 +56,6 @@ func benchTree(b *testing.B) (string, int64) {
 	return filepath.Join(benchDir, "src"), benchBytes
 }
 
-// paired runs ours and its reference alternately (which goes first flips
-// every iteration, so that neither always finds the caches warmer), times
-// ours as the benchmark, and reports the reference's throughput and ours
-// as a percentage of it: on a shared machine the ratio of runs made side
-// by side is steadier than either figure. Each run returns its untimed
-// cleanup; the disk is synced after every run, so that no run pays for the
-// writeback of the one before.
-func paired(b *testing.B, total int64, ours, ref func() (cleanup func())) {
-	b.SetBytes(total)
-	var refTime, ourTime, refCPU, ourCPU time.Duration
-	run := func(f func() func(), d, cpu *time.Duration) {
-		start, startCPU := time.Now(), processCPU()
-		cleanup := f()
-		*d += time.Since(start)
-		*cpu += processCPU() - startCPU
-		b.StopTimer()
-		if cleanup != nil {
-			cleanup()
-		}
-		syscall.Sync()
-	}
-	n := 0
-	b.ResetTimer()
-	for b.Loop() {
-		b.StopTimer()
-		if n%2 == 0 {
-			run(ref, &refTime, &refCPU)
-			b.StartTimer()
-			run(ours, &ourTime, &ourCPU)
-		} else {
-			b.StartTimer()
-			run(ours, &ourTime, &ourCPU)
-			run(ref, &refTime, &refCPU)
-		}
-		n++
-		b.StartTimer()
-	}
-	mb := float64(total) * float64(n) / 1e6
-	b.ReportMetric(mb/refTime.Seconds(), "ref-MB/s")
-	b.ReportMetric(100*refTime.Seconds()/ourTime.Seconds(), "%-of-ref")
-	b.ReportMetric(ourCPU.Seconds()/float64(n), "cpu-s/op")
-	b.ReportMetric(refCPU.Seconds()/float64(n), "ref-cpu-s/op")
-}
-
-// processCPU is the user and system CPU time used by this process so far
-// (child processes such as tar are not counted).
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 func benchFS(b *testing.B, root string) *sandbox.FS {
 	f, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
 	if err != nil {
@@ -125,7 +72,7 @@ func BenchmarkBackupCreate(b *testing.B) {
 	src, total := benchTree(b)
 	fsys := benchFS(b, src)
 	out := filepath.Join(benchDir, "create.tar.gz")
-	paired(b, total, func() func() {
+	bench.Paired(b, total, func() func() {
 		f, _ := os.Create(out)
 		// Unbuffered, as backups are written: pgzip hands over whole blocks.
 		if _, err := Write(context.Background(), f, fsys, WriteOptions{Level: LevelBestSpeed, Manifest: true, TempDir: benchDir}); err != nil {
@@ -215,7 +162,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 	src, total := benchTree(b)
 	arc := restoreArchive(b)
 	i := 0
-	paired(b, total, func() func() {
+	bench.Paired(b, total, func() func() {
 		dst := filepath.Join(benchDir, "restore-"+strconv.Itoa(i))
 		i++
 		f, _ := os.Open(arc)

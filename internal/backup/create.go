@@ -136,7 +136,9 @@ func (s *Service) ignorePatterns(srv Server, ignore string) string {
 
 // writeArchive writes the archive of srv to a temporary file in the backup
 // directory and returns it open, with its details. On error nothing is left.
-func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string) (*os.File, archive.Result, error) {
+// A durable archive is synced to disk; one only read back for an upload
+// and then deleted is not (a crash loses nothing: the backup fails).
+func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, durable bool) (*os.File, archive.Result, error) {
 	cfg := s.cfg.Get()
 	dir := cfg.System.BackupDirectory
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -160,7 +162,7 @@ func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string) (
 		Manifest: true,
 		TempDir:  cfg.System.TmpDirectory,
 	})
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if err != nil {
@@ -170,7 +172,7 @@ func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string) (
 }
 
 func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore string) (Details, error) {
-	f, res, err := s.writeArchive(ctx, srv, ignore)
+	f, res, err := s.writeArchive(ctx, srv, ignore, true)
 	if err != nil {
 		return Details{}, err
 	}

@@ -19,12 +19,12 @@ import (
 // Upload tuning.
 const (
 	partTimeout     = 2 * time.Hour // per attempt, as the spec says
-	partParallelism = 4
+	partParallelism = 8             // parts in flight: a remote store gives each connection a fraction of the link (the AWS CLI uses 10)
 	partRetryTime   = 5 * time.Minute
 )
 
 func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore string) (Details, error) {
-	f, res, err := s.writeArchive(ctx, srv, ignore)
+	f, res, err := s.writeArchive(ctx, srv, ignore, false)
 	if err != nil {
 		return Details{}, err
 	}
@@ -37,7 +37,7 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 	if err != nil {
 		return Details{}, fmt.Errorf("asking the backend for upload URLs: %w", err)
 	}
-	parts, err := UploadParts(ctx, f, res.Size, urls, nil)
+	parts, err := UploadParts(ctx, f, res.Size, urls, nil, partParallelism)
 	if err != nil {
 		return Details{}, err
 	}
@@ -48,10 +48,12 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 // parts at a time: part i holds part_size bytes from offset i*part_size, the
 // last one the remainder. Each part is retried with exponential backoff
 // from its own offset (transport errors and 5xx; 4xx is final). The ETags
-// are returned in part order. client may be nil.
-func UploadParts(ctx context.Context, src io.ReaderAt, size int64, urls panel.BackupUploadURLs, client *http.Client) ([]panel.BackupPart, error) {
+// are returned in part order. client may be nil. At most parallel parts are
+// in flight.
+func UploadParts(ctx context.Context, src io.ReaderAt, size int64, urls panel.BackupUploadURLs, client *http.Client, parallel int) ([]panel.BackupPart, error) {
+	parallel = max(parallel, 1)
 	if client == nil {
-		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: partParallelism, ForceAttemptHTTP2: true}}
+		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: parallel, ForceAttemptHTTP2: true}}
 	}
 	ps := urls.PartSize
 	if ps <= 0 {
@@ -63,7 +65,7 @@ func UploadParts(ctx context.Context, src io.ReaderAt, size int64, urls panel.Ba
 	}
 	parts := make([]panel.BackupPart, n)
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(partParallelism)
+	g.SetLimit(parallel)
 	for i := range n {
 		off := i * ps
 		length := min(ps, size-off)
