@@ -328,34 +328,39 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	if err := x.parents(rel); err != nil {
 		return err
 	}
-	existed, err := x.replace(rel, false)
-	if err != nil {
-		return err
-	}
 	delete(x.links, rel)
 	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
-	f, err := x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	// A new file is created exclusively; only when something is in the way
+	// is it looked at (a link or directory removed, a file truncated).
+	existed := false
+	f, err := x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if errors.Is(err, fs.ErrExist) {
+		if existed, err = x.replace(rel, false); err != nil {
+			return err
+		}
+		f, err = x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	}
 	if err != nil {
 		return x.wrap(rel, err)
 	}
 	x.h.Reset()
 	n, err := x.copy(f, io.TeeReader(r, x.h))
+	if err == nil && n != hdr.Size {
+		err = fmt.Errorf("%w: %s: short file", ErrCorrupt, rel)
+	}
+	if err == nil {
+		err = x.wrap(rel, f.SetTimes(hdr.ModTime, hdr.ModTime))
+	}
 	if cerr := f.Close(); err == nil {
-		err = cerr
+		err = x.wrap(rel, cerr)
 	}
 	if err != nil {
 		return err
-	}
-	if n != hdr.Size {
-		return fmt.Errorf("%w: %s: short file", ErrCorrupt, rel)
 	}
 	if existed || mode == 0 {
 		if err := x.dst.Chmod(rel, mode); err != nil {
 			return x.wrap(rel, err)
 		}
-	}
-	if err := x.dst.Lchtimes(rel, hdr.ModTime, hdr.ModTime); err != nil {
-		return x.wrap(rel, err)
 	}
 	if _, err := io.WriteString(x.sums, manifestLine(x.h.Sum(nil), rel)); err != nil {
 		return err

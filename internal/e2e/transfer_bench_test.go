@@ -67,14 +67,19 @@ func benchNode(b *testing.B, name, remote string) (*exec.Cmd, *benchCfg, string)
 
 type benchCfg struct{ url, data string }
 
-// BenchmarkTransfer1GiB moves a 1 GiB tree between two daemons on loopback
+// BenchmarkTransfer1GiB moves the 1 GiB game-server tree (tree.GameServer;
+// WHARF_BENCH_TREE_MB changes the size) between two daemons on loopback
 // and, on the same machine, restores (extracts) the same tree from its
 // archive: the transfer is bound by the target's extraction. It reports
 // both throughputs, their ratio and the source daemon's CPU use, and checks
-// that the tree arrives identical.
+// that the tree arrives identical. The disk is synced before each timed
+// part, so that neither pays for the other's writeback.
 func BenchmarkTransfer1GiB(b *testing.B) {
 	const id = "7a0000b1-0000-4000-8000-0000000000b1"
-	const size = 1 << 30
+	treeMB := int64(1024)
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
+		treeMB = int64(v)
+	}
 	testimages.RequireDocker(b)
 	testimages.GameServer(context.Background(), b)
 	b.Cleanup(func() {
@@ -90,7 +95,8 @@ func BenchmarkTransfer1GiB(b *testing.B) {
 		src, srcCfg, _ := benchNode(b, "source", panelView(b, ps.URL, "source", srcA).URL)
 		_, tgtCfg, tgtURL := benchNode(b, "target", panelView(b, ps.URL, "target", tgtA).URL)
 		srcDir := filepath.Join(srcCfg.data, id)
-		if err := tree.Build(srcDir, size); err != nil {
+		size, err := tree.GameServer(srcDir, treeMB<<20)
+		if err != nil {
 			b.Fatal(err)
 		}
 		want, err := tree.Snapshot(srcDir)
@@ -105,6 +111,7 @@ func BenchmarkTransfer1GiB(b *testing.B) {
 		req.Header.Set("Authorization", "Bearer "+clusterToken)
 		req.Header.Set("Content-Type", "application/json")
 
+		syscall.Sync()
 		b.StartTimer()
 		cpu0 := cpuSeconds(b, src.Process.Pid)
 		start := time.Now()
@@ -169,6 +176,7 @@ func restoreThroughput(b *testing.B, src string, size int64) float64 {
 		b.Fatal(err)
 	}
 	defer r.Close()
+	syscall.Sync()
 	start := time.Now()
 	if _, err := archive.Extract(context.Background(), r, dst.Trusted(), archive.ExtractOptions{}); err != nil {
 		b.Fatal(err)

@@ -4,6 +4,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // File is a file opened through an FS. Its errors name the file by its
@@ -135,6 +138,22 @@ func (w *File) ReadDir(n int) ([]fs.DirEntry, error) {
 
 // Sync commits the file to stable storage.
 func (w *File) Sync() error { return w.ioErr("sync", w.f.Sync()) }
+
+// SetTimes sets the access and modification times of the open file (one
+// syscall on its descriptor, where Lchtimes resolves the path again).
+// Set them after the last write, which would move the mtime.
+func (w *File) SetTimes(atime, mtime time.Time) error {
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return w.ioErr("chtimes", err)
+	}
+	tv := []unix.Timeval{unix.NsecToTimeval(atime.UnixNano()), unix.NsecToTimeval(mtime.UnixNano())}
+	var uerr error
+	if err := rc.Control(func(fd uintptr) { uerr = unix.Futimes(int(fd), tv) }); err != nil {
+		return w.ioErr("chtimes", err)
+	}
+	return w.ioErr("chtimes", uerr)
+}
 
 // Close closes the file.
 func (w *File) Close() error { return w.ioErr("close", w.f.Close()) }
