@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
 var mtime = time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
@@ -76,37 +77,10 @@ func buildTree(t *testing.T, root string) {
 	must(os.Chmod(filepath.Join(root, "world"), 0o750)) // mode only; mtime set above
 }
 
-// snapshot describes a tree: mode, mtime, content or link target per name.
+// snapshot describes a tree (tree.Snapshot) or fails the test.
 func snapshot(t *testing.T, root string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			tgt, _ := os.Readlink(p)
-			desc += " -> " + tgt
-		case fi.IsDir():
-			desc += " " + fi.ModTime().UTC().Format(time.RFC3339)
-		default:
-			b, _ := os.ReadFile(p)
-			sum := sha1.Sum(b)
-			desc += " " + fi.ModTime().UTC().Format(time.RFC3339) + " " + hex.EncodeToString(sum[:])
-		}
-		out[rel] = desc
-		return nil
-	})
+	out, err := tree.Snapshot(root)
 	if err != nil {
 		t.Fatal(err)
 	}
