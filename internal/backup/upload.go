@@ -53,7 +53,11 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 func UploadParts(ctx context.Context, src io.ReaderAt, size int64, urls panel.BackupUploadURLs, client *http.Client, parallel int) ([]panel.BackupPart, error) {
 	parallel = max(parallel, 1)
 	if client == nil {
-		client = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: parallel, ForceAttemptHTTP2: true}}
+		// Our own transport: its keep-alive connections (and their
+		// goroutines) would otherwise outlive the backup.
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: parallel, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		client = &http.Client{Transport: tr}
 	}
 	ps := urls.PartSize
 	if ps <= 0 {
