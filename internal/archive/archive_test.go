@@ -25,15 +25,7 @@ import (
 
 var mtime = time.Date(2020, 5, 6, 7, 8, 9, 0, time.UTC)
 
-func newFS(t *testing.T, root string) *sandbox.FS {
-	t.Helper()
-	f, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f.Trusted()
-}
+func newFS(t *testing.T, root string) *sandbox.FS { return tree.Open(t, root) }
 
 // buildTree makes a small server tree with every kind of entry.
 func buildTree(t *testing.T, root string) {

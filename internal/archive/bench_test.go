@@ -56,14 +56,7 @@ func benchTree(b *testing.B) (string, int64) {
 	return filepath.Join(benchDir, "src"), benchBytes
 }
 
-func benchFS(b *testing.B, root string) *sandbox.FS {
-	f, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { f.Close() })
-	return f.Trusted()
-}
+func benchFS(b *testing.B, root string) *sandbox.FS { return tree.Open(b, root) }
 
 // BenchmarkBackupCreate: archive.Write of the tree into a file, next to
 // the ceiling for create: a minimal archive/tar + pgzip level 1 on all

@@ -63,12 +63,7 @@ func BenchmarkObjectStoreBackup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	files, err := sandbox.New(filepath.Join(dir, "src"), sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer files.Close()
-	srv := benchServer{files}
+	srv := benchServer{tree.Open(b, filepath.Join(dir, "src"))}
 	store := objectstore.Start(b)
 
 	b.Run("loopback", func(b *testing.B) {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/devpanel"
-	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
 	"github.com/wharf/wharf/internal/tokens"
@@ -148,16 +147,11 @@ func BenchmarkTransfer1GiB(b *testing.B) {
 func restoreThroughput(b *testing.B, src string, size int64) float64 {
 	b.Helper()
 	arc := filepath.Join(b.TempDir(), "tree.tar.gz")
-	from, err := sandbox.New(src, sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer from.Close()
 	f, err := os.Create(arc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := archive.Write(context.Background(), f, from.Trusted(), archive.WriteOptions{Level: archive.LevelBestSpeed}); err != nil {
+	if _, err := archive.Write(context.Background(), f, tree.Open(b, src), archive.WriteOptions{Level: archive.LevelBestSpeed}); err != nil {
 		b.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
@@ -165,11 +159,7 @@ func restoreThroughput(b *testing.B, src string, size int64) float64 {
 	}
 	defer os.Remove(arc)
 	dstDir := filepath.Join(b.TempDir(), "restore")
-	dst, err := sandbox.New(dstDir, sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dst.Close()
+	dst := tree.Open(b, dstDir)
 	defer os.RemoveAll(dstDir)
 	r, err := os.Open(arc)
 	if err != nil {
@@ -178,7 +168,7 @@ func restoreThroughput(b *testing.B, src string, size int64) float64 {
 	defer r.Close()
 	syscall.Sync()
 	start := time.Now()
-	if _, err := archive.Extract(context.Background(), r, dst.Trusted(), archive.ExtractOptions{}); err != nil {
+	if _, err := archive.Extract(context.Background(), r, dst, archive.ExtractOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	return float64(size) / (1 << 20) / time.Since(start).Seconds()

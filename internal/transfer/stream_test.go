@@ -25,15 +25,7 @@ import (
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
-func newFS(t *testing.T, root string) *sandbox.FS {
-	t.Helper()
-	f, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f.Trusted()
-}
+func newFS(t *testing.T, root string) *sandbox.FS { return tree.Open(t, root) }
 
 func snapshot(t *testing.T, root string) map[string]string {
 	t.Helper()
