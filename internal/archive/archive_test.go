@@ -90,23 +90,7 @@ func writeArchive(t *testing.T, src *sandbox.FS, opts WriteOptions) ([]byte, Res
 }
 
 func entries(t *testing.T, data []byte) map[string]*tar.Header {
-	t.Helper()
-	gz, err := gzip.NewReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	out := map[string]*tar.Header{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[h.Name] = h
-	}
+	return tree.Headers(t, bytes.NewReader(data))
 }
 
 func TestWriteExtractRoundTrip(t *testing.T) {

@@ -3,13 +3,11 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
 const backupServer = "7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
@@ -91,22 +90,7 @@ func archiveNames(t *testing.T, path string) map[string]*tar.Header {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	out := map[string]*tar.Header{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("archive %s is not a valid tar.gz: %v", path, err)
-		}
-		out[h.Name] = h
-	}
+	return tree.Headers(t, f)
 }
 
 func (n *node) backup(id, adapter, ignore string) backupStatus {

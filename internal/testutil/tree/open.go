@@ -1,6 +1,9 @@
 package tree
 
 import (
+	"archive/tar"
+	"compress/gzip"
+	"io"
 	"testing"
 
 	"github.com/wharf/wharf/internal/sandbox"
@@ -16,4 +19,26 @@ func Open(tb testing.TB, root string) *sandbox.FS {
 	}
 	tb.Cleanup(func() { f.Close() })
 	return f.Trusted()
+}
+
+// Headers lists the entries of the tar.gz read from r by name, or fails tb
+// when it is not a valid tar.gz.
+func Headers(tb testing.TB, r io.Reader) map[string]*tar.Header {
+	tb.Helper()
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		tb.Fatalf("not a gzip stream: %v", err)
+	}
+	tr := tar.NewReader(gz)
+	out := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			tb.Fatalf("not a valid tar.gz: %v", err)
+		}
+		out[h.Name] = h
+	}
 }
