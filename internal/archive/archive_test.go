@@ -98,9 +98,9 @@ func TestWriteExtractRoundTrip(t *testing.T) {
 	src := filepath.Join(base, "src")
 	buildTree(t, src)
 	var last Progress
-	data, res := writeArchive(t, newFS(t, src), WriteOptions{Level: LevelBestSpeed, Manifest: true, Progress: func(p Progress) { last = p }})
+	data, res := writeArchive(t, newFS(t, src), WriteOptions{Level: LevelBestSpeed, Manifest: true, Hash: sha1.New, Progress: func(p Progress) { last = p }})
 	sum := sha1.Sum(data)
-	if res.SHA1 != hex.EncodeToString(sum[:]) || res.Size != int64(len(data)) {
+	if res.Sum != hex.EncodeToString(sum[:]) || res.Size != int64(len(data)) {
 		t.Fatalf("result %+v does not describe the %d bytes written", res, len(data))
 	}
 	if last.Output != res.Size || last.Input != res.Input || res.Files != 8 || res.Symlinks != 3 {
@@ -142,7 +142,10 @@ func TestWriteExtractRoundTrip(t *testing.T) {
 func TestWriteIgnore(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	buildTree(t, src)
-	data, _ := writeArchive(t, newFS(t, src), WriteOptions{Ignore: "logs/\n*.jar\n# comment\n\n/world/region/*.mca\n!nothing"})
+	data, res := writeArchive(t, newFS(t, src), WriteOptions{Ignore: "logs/\n*.jar\n# comment\n\n/world/region/*.mca\n!nothing"})
+	if res.Sum != "" {
+		t.Errorf("no Hash asked, but Sum is %q", res.Sum)
+	}
 	var names []string
 	for n := range entries(t, data) {
 		names = append(names, n)

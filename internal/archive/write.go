@@ -39,6 +39,10 @@ type WriteOptions struct {
 	// TempDir holds the spool of the integrity entry when it outgrows
 	// memory; os.TempDir() when empty.
 	TempDir string
+	// Hash, when set, hashes the archive bytes; Result.Sum is its digest.
+	// Left unset, no hash is computed (a transfer has no use for a backup's
+	// SHA-1, and hashing costs a core-second per few GiB).
+	Hash func() hash.Hash
 }
 
 // Progress is the running total of a Write.
@@ -51,14 +55,15 @@ type Progress struct {
 // Result describes a written archive.
 type Result struct {
 	Size     int64  // archive bytes
-	SHA1     string // lowercase hex SHA-1 of the archive bytes
+	Sum      string // lowercase hex digest of the archive bytes by WriteOptions.Hash
 	Files    int64
 	Dirs     int64
 	Symlinks int64
 	Input    int64 // file bytes read
 }
 
-// hashCounter passes writes through, hashing and counting them.
+// hashCounter passes writes through, counting and (when h is set) hashing
+// them.
 type hashCounter struct {
 	w io.Writer
 	h hash.Hash
@@ -67,7 +72,9 @@ type hashCounter struct {
 
 func (c *hashCounter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.h.Write(p[:n])
+	if c.h != nil {
+		c.h.Write(p[:n])
+	}
 	c.n.Add(int64(n))
 	return n, err
 }
@@ -85,7 +92,10 @@ func NewIgnore(patterns string) gitignore.Matcher {
 // egg's denylist too. Nothing is written to w after an error, but what was
 // written before stays: callers writing to a file remove it.
 func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions) (Result, error) {
-	out := &hashCounter{w: w, h: sha1.New()}
+	out := &hashCounter{w: w}
+	if opts.Hash != nil {
+		out.h = opts.Hash()
+	}
 	gz, err := pgzip.NewWriterLevel(out, opts.Level)
 	if err != nil {
 		return Result{}, err
@@ -172,7 +182,9 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		return Result{}, walkErr
 	}
 	res.Size = out.n.Load()
-	res.SHA1 = hex.EncodeToString(out.h.Sum(nil))
+	if out.h != nil {
+		res.Sum = hex.EncodeToString(out.h.Sum(nil))
+	}
 	report(opts.Progress, &res, out)
 	return res, nil
 }

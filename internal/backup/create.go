@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,6 +162,7 @@ func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, d
 		Level:    archive.ParseLevel(cfg.System.Backups.CompressionLevel),
 		Manifest: true,
 		TempDir:  cfg.System.TmpDirectory,
+		Hash:     sha1.New, // the backend's checksum_type
 	})
 	if err == nil && durable {
 		err = f.Sync()
@@ -190,5 +192,5 @@ func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore st
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}
-	return Details{Checksum: res.SHA1, Size: res.Size}, nil
+	return Details{Checksum: res.Sum, Size: res.Size}, nil
 }

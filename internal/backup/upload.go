@@ -41,7 +41,7 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 	if err != nil {
 		return Details{}, err
 	}
-	return Details{Checksum: res.SHA1, Size: res.Size, Parts: parts}, nil
+	return Details{Checksum: res.Sum, Size: res.Size, Parts: parts}, nil
 }
 
 // UploadParts PUTs the size bytes of src to the presigned part URLs, several
