@@ -80,11 +80,11 @@ func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level
 	if err != nil {
 		return err
 	}
-	h := sha256.New()
-	if _, err := archive.Write(ctx, io.MultiWriter(part, h), src, archive.WriteOptions{Level: level, Progress: progress}); err != nil {
+	res, err := archive.Write(ctx, part, src, archive.WriteOptions{Level: level, Progress: progress, Hash: sha256.New})
+	if err != nil {
 		return err
 	}
-	if err := mw.WriteField("checksum", hex.EncodeToString(h.Sum(nil))); err != nil {
+	if err := mw.WriteField("checksum", res.Sum); err != nil {
 		return err
 	}
 	return mw.Close()
@@ -128,6 +128,8 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 			}
 			h := sha256.New()
 			body := ctxReader{ctx, p}
+			// The SHA-256 checks the whole stream: no per-file manifest.
+			opts.NoManifest = true
 			if _, err := archive.Extract(ctx, io.TeeReader(body, h), dst, opts); err != nil {
 				return extractErr(ctx, err)
 			}

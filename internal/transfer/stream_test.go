@@ -124,6 +124,27 @@ func TestPushReceiveRoundTrip(t *testing.T) {
 	}
 }
 
+// A transfer carries no per-file manifest: a server file that happens to
+// have the manifest's name is an ordinary file at both ends.
+func TestPushReceiveFileNamedLikeTheManifest(t *testing.T) {
+	srcDir, dstDir := t.TempDir(), t.TempDir()
+	if err := tree.Build(srcDir, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(srcDir, archive.ManifestName), []byte("not a manifest\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{dst: newFS(t, dstDir)}
+	ts := httptest.NewServer(tg)
+	defer ts.Close()
+	if err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil); err != nil {
+		t.Fatalf("push: %v (target: %v)", err, tg.lastErr)
+	}
+	if diff := cmp.Diff(snapshot(t, srcDir), snapshot(t, dstDir)); diff != "" {
+		t.Fatalf("tree differs (-src +dst):\n%s", diff)
+	}
+}
+
 func TestPushTokenAsGiven(t *testing.T) {
 	tg := &target{dst: newFS(t, t.TempDir())}
 	ts := httptest.NewServer(tg)
