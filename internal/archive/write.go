@@ -135,16 +135,19 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			}
 			return nil
 		}
+		if d.Type().IsRegular() {
+			// Mode and times come from the opened file (fstat): no lstat of the name.
+			if err := writeFile(tw, src, rel, d, buf, fileHash, man, &res); err != nil {
+				return err
+			}
+			report(opts.Progress, &res, out)
+			return nil
+		}
 		fi, err := d.Info()
 		if err != nil {
 			return nil // vanished since the listing
 		}
-		hdr := &tar.Header{
-			Name:    rel,
-			Mode:    int64(fi.Mode().Perm()),
-			ModTime: fi.ModTime().Truncate(time.Second),
-			Format:  tar.FormatUnknown,
-		}
+		hdr := header(rel, fi)
 		switch {
 		case isDir:
 			hdr.Typeflag = tar.TypeDir
@@ -158,8 +161,6 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			hdr.Typeflag = tar.TypeSymlink
 			hdr.Linkname = target
 			res.Symlinks++
-		case fi.Mode().IsRegular():
-			return writeFile(tw, src, rel, d, hdr, buf, fileHash, man, &res)
 		default:
 			return nil // socket, device, FIFO
 		}
@@ -195,7 +196,18 @@ func report(fn func(Progress), res *Result, out *hashCounter) {
 	}
 }
 
-func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, d fs.DirEntry, hdr *tar.Header, buf []byte, h hash.Hash, man *spool, res *Result) error {
+func header(rel string, fi fs.FileInfo) *tar.Header {
+	return &tar.Header{
+		Name:    rel,
+		Mode:    int64(fi.Mode().Perm()),
+		ModTime: fi.ModTime().Truncate(time.Second),
+		Format:  tar.FormatUnknown,
+	}
+}
+
+// writeFile stores the regular file d; one that vanished or is no longer
+// a regular file is left out.
+func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
 	f, err := src.OpenEntry(rel, d)
 	if err != nil {
 		return nil // vanished, or swapped for a link leading out: leave it out
@@ -205,6 +217,7 @@ func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, d fs.DirEntry, hdr *
 	if err != nil || !fi.Mode().IsRegular() {
 		return nil
 	}
+	hdr := header(rel, fi)
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = fi.Size()
 	if err := tw.WriteHeader(hdr); err != nil {
