@@ -49,7 +49,7 @@ func push(ctx context.Context, client *http.Client, url, token string, src *sand
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pipeBody{pr})
 	if err != nil {
 		pr.CloseWithError(err)
 		<-done
@@ -73,6 +73,15 @@ func push(ctx context.Context, client *http.Client, url, token string, src *sand
 		return &StatusError{Code: res.StatusCode}
 	}
 	return werr
+}
+
+// pipeBody hands the HTTP client the form in the writer's own pieces
+// (whole compressed blocks) instead of io.Copy's 32 KiB: fewer, larger
+// chunks, and fewer system calls at both ends.
+type pipeBody struct{ *io.PipeReader }
+
+func (b pipeBody) WriteTo(w io.Writer) (int64, error) {
+	return io.CopyBuffer(w, b.PipeReader, make([]byte, 1<<20))
 }
 
 func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level int, progress func(archive.Progress)) error {
