@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klauspost/pgzip"
+	"github.com/klauspost/readahead"
 	"golang.org/x/time/rate"
 
 	"github.com/wharf/wharf/internal/sandbox"
@@ -85,7 +86,16 @@ type dirMeta struct {
 // itself is not written. dst should be the Trusted view of the server's
 // sandbox: confinement and the disk limit still apply.
 func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOptions) (ExtractResult, error) {
-	gz, err := pgzip.NewReaderN(r, gzipBlock, 4)
+	// The inflate is single-threaded and bounds an extraction, so reading
+	// the input (system calls; for a transfer, HTTP chunks, multipart and
+	// SHA-256) runs ahead of it in its own goroutine. The *bufio.Reader is
+	// the type the inflater reads fastest.
+	ra, err := readahead.NewReaderSize(r, 4, 1<<20)
+	if err != nil {
+		return ExtractResult{}, err
+	}
+	defer ra.Close()
+	gz, err := pgzip.NewReaderN(bufio.NewReaderSize(ra, 256<<10), gzipBlock, 4)
 	if err != nil {
 		return ExtractResult{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
