@@ -159,7 +159,7 @@ func BenchmarkBackupRestore(b *testing.B) {
 		dst := filepath.Join(benchDir, "restore-"+strconv.Itoa(i))
 		i++
 		f, _ := os.Open(arc)
-		res, err := Extract(context.Background(), bufio.NewReaderSize(f, 1<<20), benchFS(b, dst), ExtractOptions{TempDir: benchDir})
+		res, err := Extract(context.Background(), f, benchFS(b, dst), ExtractOptions{TempDir: benchDir})
 		f.Close()
 		if err != nil || !res.Verified {
 			b.Fatal(err, res)

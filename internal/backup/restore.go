@@ -1,7 +1,6 @@
 package backup
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -116,7 +115,8 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	}
 	cfg := s.cfg.Get()
 	files := srv.Files().Trusted()
-	r := io.Reader(bufio.NewReaderSize(src, 1<<20))
+	// Extract reads ahead in large buffers itself.
+	r := io.Reader(src)
 	if req.TruncateDirectory && req.Adapter == Local {
 		// The local archive is read once completely before the directory
 		// is emptied: a corrupt archive then changes nothing.
@@ -130,7 +130,7 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return archive.ExtractResult{}, err
 		}
-		r = bufio.NewReaderSize(f, 1<<20)
+		r = f
 	}
 	opts := archive.ExtractOptions{
 		WriteLimit: int64(cfg.System.Backups.WriteLimit * (1 << 20)),

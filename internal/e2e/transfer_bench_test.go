@@ -242,13 +242,6 @@ func formOf(b *testing.B, arc string) (string, string) {
 	return out.Name(), mw.FormDataContentType()
 }
 
-// selfCPU is the CPU time this process has used so far.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-}
-
 // archiveOf writes the tar.gz of the tree src (as a backup would, without
 // its integrity entry) to a temporary file.
 func archiveOf(b *testing.B, src string) string {
@@ -278,9 +271,9 @@ func restoreTime(b *testing.B, arc, dst string) (secs, cpu float64) {
 	}
 	defer r.Close()
 	syscall.Sync()
-	start, cpu0 := time.Now(), selfCPU()
+	start, cpu0 := time.Now(), bench.ProcessCPU().Seconds()
 	if _, err := archive.Extract(context.Background(), r, fs, archive.ExtractOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	return time.Since(start).Seconds(), selfCPU() - cpu0
+	return time.Since(start).Seconds(), bench.ProcessCPU().Seconds() - cpu0
 }

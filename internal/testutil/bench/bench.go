@@ -19,10 +19,10 @@ func Paired(b *testing.B, total int64, ours, ref func() (cleanup func())) {
 	b.SetBytes(total)
 	var refTime, ourTime, refCPU, ourCPU time.Duration
 	run := func(f func() func(), d, cpu *time.Duration) {
-		start, startCPU := time.Now(), processCPU()
+		start, startCPU := time.Now(), ProcessCPU()
 		cleanup := f()
 		*d += time.Since(start)
-		*cpu += processCPU() - startCPU
+		*cpu += ProcessCPU() - startCPU
 		b.StopTimer()
 		if cleanup != nil {
 			cleanup()
@@ -52,9 +52,9 @@ func Paired(b *testing.B, total int64, ours, ref func() (cleanup func())) {
 	b.ReportMetric(refCPU.Seconds()/float64(n), "ref-cpu-s/op")
 }
 
-// processCPU is the user and system CPU time used by this process so far
+// ProcessCPU is the user and system CPU time used by this process so far
 // (child processes such as tar are not counted).
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
