@@ -106,6 +106,7 @@ type Server struct {
 	throttle *throttle
 	files    *sandbox.FS
 	sessions sessions
+	jobs     jobSlot // the one job slot: install, restore, transfers, backups, file jobs
 
 	diskMu       sync.Mutex
 	diskRefresh  time.Time
