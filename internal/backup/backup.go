@@ -22,6 +22,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/server"
 )
 
 // Adapter is where a backup lives.
@@ -39,8 +40,6 @@ var (
 	ErrBadUUID     = errors.New("the backup identifier must be a valid UUID")
 	ErrNotFound    = errors.New("the requested backup was not found on this server")
 	ErrNoURL       = errors.New("the download_url field is required when the backup adapter is object_store")
-	ErrRestoring   = errors.New("server is currently being restored")
-	ErrBusyServer  = errors.New("server is being transferred or installed")
 	ErrBadDownload = errors.New("the backup could not be downloaded")
 )
 
@@ -75,9 +74,9 @@ type Server interface {
 	Context() context.Context
 	Files() *sandbox.FS
 	Publish(events.Event)
-	SetRestoring(bool) bool
-	IsRestoring() bool
-	IsTransferring() bool
+	// BeginJob claims the server's job slot: a restore is exclusive, a
+	// backup shared; a refusal is a *server.BusyError (409).
+	BeginJob(server.Job) (end func(), err error)
 	StopForJob(ctx context.Context, wait time.Duration) error
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // errorBody is the shape of every error answer.
@@ -43,6 +44,11 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		tooLarge  *http.MaxBytesError
 		download  *backup.DownloadError
 	)
+	if ue, ok := usererr.From(err); ok {
+		// A domain error that says what to show (a *server.BusyError, ...).
+		writeError(w, r, userStatus(ue.Kind), ue.Message)
+		return
+	}
 	switch {
 	case errors.Is(err, tokens.ErrInvalidToken):
 		// Which check failed is not the client's business (and never the token itself).
@@ -93,7 +99,7 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, r, http.StatusBadRequest, "The download_url field is required when the backup adapter is set to object_store.")
 	case errors.As(err, &download):
 		writeError(w, r, http.StatusBadRequest, download.Error())
-	case errors.Is(err, backup.ErrRestoring), errors.Is(err, backup.ErrBusyServer), errors.Is(err, backup.ErrBackupRunning):
+	case errors.Is(err, backup.ErrBackupRunning):
 		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")
 	case errors.As(err, &tooLarge):
 		writeError(w, r, http.StatusRequestEntityTooLarge, "The request body is too large.")
@@ -105,6 +111,29 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.Log.Error("request failed", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
 		writeError(w, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
 	}
+}
+
+// userStatus is the HTTP status of a kind of user error.
+func userStatus(k usererr.Kind) int {
+	switch k {
+	case usererr.Invalid:
+		return http.StatusBadRequest
+	case usererr.Unauthorized:
+		return http.StatusUnauthorized
+	case usererr.Forbidden:
+		return http.StatusForbidden
+	case usererr.NotFound:
+		return http.StatusNotFound
+	case usererr.Conflict:
+		return http.StatusConflict
+	case usererr.TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case usererr.Unprocessable:
+		return http.StatusUnprocessableEntity
+	case usererr.NotRunning:
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
 }
 
 func capitalize(s string) string {

@@ -100,15 +100,10 @@ func (a *API) getLogs(w http.ResponseWriter, r *http.Request, s *server.Server) 
 
 func (a *API) postInstall(reinstall bool) serverHandler {
 	return func(w http.ResponseWriter, r *http.Request, s *server.Server) {
-		if s.IsInstalling() {
-			a.fail(w, r, server.ErrInstalling)
-			return
-		}
-		if err := s.CheckPower(server.PowerStop); err != nil {
+		if err := s.InstallAsync(reinstall); err != nil {
 			a.fail(w, r, err)
 			return
 		}
-		s.InstallAsync(reinstall)
 		w.WriteHeader(http.StatusAccepted)
 	}
 }

@@ -245,16 +245,24 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 	if err != nil {
 		return nil, err
 	}
-	s.goServer(func() {
-		if err := s.Install(s.ctx, false); err != nil {
-			return
-		}
-		if startOnCompletion {
+	// Claimed now, so that the server is seen installing as soon as it exists.
+	end, err := s.BeginJob(JobInstall)
+	if err != nil {
+		return nil, err
+	}
+	if !s.goServer(func() {
+		err := func() error {
+			defer end()
+			return s.install(s.ctx, false)
+		}()
+		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
 				s.log.Warn("start after install failed", "error", err)
 			}
 		}
-	})
+	}) {
+		end()
+	}
 	return s, nil
 }
 
