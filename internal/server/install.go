@@ -23,8 +23,9 @@ const installOutputLimit = 4 << 20
 // existing files (the script decides what to do with them) and stops a
 // running server first, through the power lock like any stop. The backend
 // is told whether the script succeeded (exit code 0). The caller holds the
-// job slot (JobInstall or JobReinstall).
-func (s *Server) install(ctx context.Context, reinstall bool) error {
+// job slot (JobInstall or JobReinstall); end releases it, before the backend
+// is told, so that what the backend does next finds the server free.
+func (s *Server) install(ctx context.Context, reinstall bool, end func()) error {
 	uuid := s.UUID()
 	var err error
 	if reinstall {
@@ -41,6 +42,7 @@ func (s *Server) install(ctx context.Context, reinstall bool) error {
 		s.log.Error("installation failed", "error", err)
 		s.daemonMessage("Installation failed: " + err.Error())
 	}
+	end()
 	if perr := s.deps.Panel.SetInstallationStatus(context.WithoutCancel(ctx), uuid, successful && err == nil, reinstall); perr != nil {
 		s.log.Error("could not report the installation status to the backend", "error", perr)
 		if err == nil {
@@ -234,7 +236,7 @@ func (s *Server) InstallAsync(reinstall bool) error {
 	}
 	if !s.goServer(func() {
 		defer end()
-		_ = s.install(s.ctx, reinstall)
+		_ = s.install(s.ctx, reinstall, end)
 	}) {
 		end()
 		return ErrDeleted

@@ -253,7 +253,7 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 	if !s.goServer(func() {
 		err := func() error {
 			defer end()
-			return s.install(s.ctx, false)
+			return s.install(s.ctx, false, end)
 		}()
 		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
