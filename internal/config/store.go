@@ -162,10 +162,10 @@ func (s *Store) ApplyPanelUpdate(body io.Reader) (UpdateResult, error) {
 	}
 	next, kept, err := MergePanelUpdate(cur, body)
 	if err != nil {
-		return UpdateResult{}, err
+		return UpdateResult{}, userError(err)
 	}
 	if err := s.commit(next); err != nil {
-		return UpdateResult{}, err
+		return UpdateResult{}, userError(err)
 	}
 	return UpdateResult{Applied: true, Kept: kept, NeedsRestart: restartKeys(cur, next)}, nil
 }

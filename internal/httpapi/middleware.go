@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/config"
 )
 
 type ctxKey int
@@ -56,7 +58,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 			a.Log.Error("panic in HTTP handler", "request_id", requestIDFrom(r), "path", r.URL.Path,
 				"panic", v, "stack", string(debug.Stack()))
 			if !rw.wroteHeader {
-				writeError(rw, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
+				writeError(rw, r, http.StatusInternalServerError, msgInternal)
 			}
 		}()
 		next.ServeHTTP(rw, r)
@@ -120,21 +122,31 @@ func liftBodyDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
+// bearerToken is the token of "Authorization: Bearer <token>", the one
+// parser of that header (node token and transfer token alike); errNoBearer
+// (401 with WWW-Authenticate) when it is missing or malformed.
+func bearerToken(r *http.Request) (string, error) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || scheme != "Bearer" || token == "" {
+		return "", errNoBearer
+	}
+	return token, nil
+}
+
 // requireBearer checks "Authorization: Bearer <node token>": a missing or
 // malformed header is 401 with WWW-Authenticate, a wrong token 403.
 func (a *API) requireBearer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || scheme != "Bearer" || token == "" {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
+		token, err := bearerToken(r)
+		if err != nil {
+			a.fail(w, r, err)
 			return
 		}
 		// Hashing first makes the comparison constant-time in the length too.
 		got := sha256.Sum256([]byte(token))
 		want := sha256.Sum256([]byte(a.Config.Get().Token))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			writeError(w, r, http.StatusForbidden, "You are not authorized to access this endpoint.")
+			a.fail(w, r, errWrongBearer)
 			return
 		}
 		liftBodyDeadline(w)
@@ -148,15 +160,12 @@ func (a *API) requireBearer(next http.Handler) http.Handler {
 func (a *API) cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := a.Config.Get()
-		panelOrigin := originOf(cfg.Remote)
-		allow := panelOrigin
-		if o := r.Header.Get("Origin"); o != "" && o != panelOrigin {
+		// Without an Origin (not a browser), the backend's origin is named.
+		allow := originOf(cfg.Remote)
+		if o := r.Header.Get("Origin"); o != "" {
 			allow = ""
-			for _, ao := range cfg.AllowedOrigins {
-				if ao == "*" || strings.TrimRight(ao, "/") == o {
-					allow = o
-					break
-				}
+			if originAllowed(cfg, o) {
+				allow = o
 			}
 		}
 		h := w.Header()
@@ -179,10 +188,13 @@ func (a *API) cors(next http.Handler) http.Handler {
 	})
 }
 
-// OriginAllowed reports whether a browser Origin may talk to this node: the
-// backend's own origin or one of allowed_origins.
-func (a *API) OriginAllowed(origin string) bool {
-	cfg := a.Config.Get()
+// originAllowed reports whether a browser Origin may talk to this node: the
+// backend's own origin or one of allowed_origins ("*" allows any). It is the
+// one origin rule, for CORS and for websocket upgrades.
+func originAllowed(cfg *config.Config, origin string) bool {
+	if origin == "" {
+		return false
+	}
 	if origin == originOf(cfg.Remote) {
 		return true
 	}
