@@ -116,9 +116,6 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
-// Wait waits for the jobs running now (tests).
-func (s *Service) Wait() { s.wg.Wait() }
-
 // jobContext ends when the service or the server ends.
 func (s *Service) jobContext(srv Server) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(s.ctx)
