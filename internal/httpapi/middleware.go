@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,7 +47,7 @@ func (a *API) requestID(next http.Handler) http.Handler {
 // dropped connection, and logs it with its stack.
 func (a *API) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rw := &statusWriter{ResponseWriter: w}
+		rw := wrapStatus(w)
 		defer func() {
 			v := recover()
 			if v == nil {
@@ -70,7 +71,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 func (a *API) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &statusWriter{ResponseWriter: w}
+		rw := wrapStatus(w)
 		next.ServeHTTP(rw, r)
 		status := rw.status
 		if status == 0 {
@@ -264,13 +265,24 @@ func trusted(ip netip.Addr, proxies []netip.Prefix) bool {
 	return false
 }
 
-// statusWriter records the status and size of a response. It keeps the
-// optional interfaces reachable through Unwrap (ResponseController).
+// statusWriter records the status and size of a response. It passes
+// ReadFrom through, so that a file copied to the response goes by sendfile,
+// and keeps the other optional interfaces reachable (Flush, Hijack, and
+// Unwrap for ResponseController).
 type statusWriter struct {
 	http.ResponseWriter
 	status      int
 	bytes       int64
 	wroteHeader bool
+}
+
+// wrapStatus returns w itself when it already records its status (the
+// middleware chain wraps the writer once), a new statusWriter otherwise.
+func wrapStatus(w http.ResponseWriter) *statusWriter {
+	if sw, ok := w.(*statusWriter); ok {
+		return sw
+	}
+	return &statusWriter{ResponseWriter: w}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -289,6 +301,30 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	w.bytes += int64(n)
 	return n, err
 }
+
+// ReadFrom hands src to the underlying writer's ReadFrom: net/http's
+// response sends a file (or a LimitedReader of one, as ServeContent gives)
+// with sendfile.
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	var (
+		n   int64
+		err error
+	)
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		// Hide ReadFrom so that io.Copy does not come back here.
+		n, err = io.Copy(writerOnly{w.ResponseWriter}, src)
+	}
+	w.bytes += n
+	return n, err
+}
+
+// writerOnly hides every method of a writer but Write.
+type writerOnly struct{ io.Writer }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"os"
@@ -63,7 +64,13 @@ func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Disposition", attachment(path.Base("/"+claims.FilePath)))
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeContent(w, r, "", st.ModTime(), f)
+	// The *os.File itself, so that net/http sends it with sendfile; its
+	// errors (which name the host path) never reach the client from here.
+	var content io.ReadSeeker = f
+	if osf := f.OSFile(); osf != nil {
+		content = osf
+	}
+	http.ServeContent(w, r, "", st.ModTime(), content)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,13 +19,14 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
 const benchFileSize = 1 << 30
 
 // benchNode is the real handler with a real sandbox behind a loopback HTTP server.
-func benchNode(b *testing.B) (srv *httptest.Server, token string, dataDir string) {
+func benchNode(b testing.TB) (srv *httptest.Server, token string, dataDir string) {
 	dir := b.TempDir()
 	c := config.Defaults()
 	c.UUID, c.TokenID, c.Token, c.Remote = uuid.NewString(), "t", testToken, "https://panel.example.com"
@@ -58,7 +60,7 @@ func benchNode(b *testing.B) (srv *httptest.Server, token string, dataDir string
 	return srv, id, filepath.Join(c.System.Data, id)
 }
 
-func writeRandomFile(b *testing.B, path string, size int64) {
+func writeRandomFile(b testing.TB, path string, size int64) {
 	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)
@@ -69,7 +71,7 @@ func writeRandomFile(b *testing.B, path string, size int64) {
 	}
 }
 
-func signed(b *testing.B, claims map[string]any) string {
+func signed(b testing.TB, claims map[string]any) string {
 	claims["exp"] = time.Now().Add(time.Hour).Unix()
 	claims["unique_id"] = uuid.NewString()
 	t, err := tokens.Sign([]byte(testToken), claims)
@@ -153,4 +155,39 @@ func BenchmarkSignedUpload(b *testing.B) {
 	if st, err := os.Stat(filepath.Join(data, "upload.bin")); err != nil || st.Size() != benchFileSize {
 		b.Fatalf("uploaded file: %v %v", st, err)
 	}
+}
+
+// BenchmarkSignedDownloadSendfile serves the same 1 GiB file (size in
+// WHARF_BENCH_DOWNLOAD_MB) through GET /download/file twice, side by side:
+// as the daemon does (the file reaches the connection's ReadFrom: sendfile),
+// and as it did before (a response writer that hides ReadFrom, so the file
+// is copied through user space). The client reads with a 1 MiB buffer.
+func BenchmarkSignedDownloadSendfile(b *testing.B) {
+	size := int64(benchFileSize)
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_DOWNLOAD_MB")); err == nil && v > 0 {
+		size = int64(v) << 20
+	}
+	srv, id, data := benchNode(b)
+	copied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		srv.Config.Handler.ServeHTTP(struct{ http.ResponseWriter }{w}, r)
+	}))
+	b.Cleanup(copied.Close)
+	writeRandomFile(b, filepath.Join(data, "world.bin"), size)
+	buf := make([]byte, 1<<20)
+	get := func(base string) func() func() {
+		return func() func() {
+			tok := signed(b, map[string]any{"file_path": "world.bin", "server_uuid": id})
+			res, err := http.Get(base + "/download/file?token=" + tok)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n, _ := io.CopyBuffer(struct{ io.Writer }{io.Discard}, res.Body, buf)
+			res.Body.Close()
+			if res.StatusCode != 200 || n != size {
+				b.Fatalf("status %d, %d bytes", res.StatusCode, n)
+			}
+			return nil
+		}
+	}
+	bench.Paired(b, size, get(srv.URL), get(copied.URL))
 }
