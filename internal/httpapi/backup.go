@@ -17,7 +17,7 @@ type backupRequest struct {
 // and to the websocket.
 func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req backupRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if !isUUID(req.UUID) {
@@ -48,7 +48,7 @@ func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Serv
 		return backup.ErrBadUUID
 	}
 	var req restoreRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	adapter, err := backup.ParseAdapter(req.Adapter)

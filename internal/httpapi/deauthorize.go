@@ -15,7 +15,7 @@ type deauthorizeRequest struct {
 // closed (deauth). Other users stay connected.
 func (a *API) postDeauthorize(w http.ResponseWriter, r *http.Request) error {
 	var req deauthorizeRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if err := a.deauth.Deauthorize(req.User, req.Servers); err != nil {

@@ -7,18 +7,30 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // maxJSONBody bounds small JSON request bodies.
 const maxJSONBody = 1 << 20
 
-// decodeJSON reads a JSON body into v; a body it cannot read is a 400.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+// readJSON reads a JSON body into v; a body it cannot read is a 400.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	if err := dec.Decode(v); err != nil {
 		return badBody(err)
 	}
 	return nil
+}
+
+// decodeJSON is readJSON for handlers that answer their errors themselves
+// (written before handlers returned errors): it answers the 400 itself and
+// reports whether v was read.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	err := readJSON(w, r, v)
+	if ue, ok := usererr.From(err); ok {
+		writeError(w, r, statusOf(ue.Kind), ue.Message)
+	}
+	return err == nil
 }
 
 type powerRequest struct {
@@ -28,7 +40,7 @@ type powerRequest struct {
 
 func (a *API) postPower(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req powerRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	action, err := server.ParsePowerAction(req.Action)
@@ -55,7 +67,7 @@ type commandsRequest struct {
 
 func (a *API) postCommands(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req commandsRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if !s.State().IsRunning() {
@@ -126,7 +138,7 @@ type createRequest struct {
 
 func (a *API) postServers(w http.ResponseWriter, r *http.Request) error {
 	var req createRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	if !isUUID(req.UUID) {

@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/server"
-	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -155,39 +153,4 @@ func BenchmarkSignedUpload(b *testing.B) {
 	if st, err := os.Stat(filepath.Join(data, "upload.bin")); err != nil || st.Size() != benchFileSize {
 		b.Fatalf("uploaded file: %v %v", st, err)
 	}
-}
-
-// BenchmarkSignedDownloadSendfile serves the same 1 GiB file (size in
-// WHARF_BENCH_DOWNLOAD_MB) through GET /download/file twice, side by side:
-// as the daemon does (the file reaches the connection's ReadFrom: sendfile),
-// and as it did before (a response writer that hides ReadFrom, so the file
-// is copied through user space). The client reads with a 1 MiB buffer.
-func BenchmarkSignedDownloadSendfile(b *testing.B) {
-	size := int64(benchFileSize)
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_DOWNLOAD_MB")); err == nil && v > 0 {
-		size = int64(v) << 20
-	}
-	srv, id, data := benchNode(b)
-	copied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		srv.Config.Handler.ServeHTTP(struct{ http.ResponseWriter }{w}, r)
-	}))
-	b.Cleanup(copied.Close)
-	writeRandomFile(b, filepath.Join(data, "world.bin"), size)
-	buf := make([]byte, 1<<20)
-	get := func(base string) func() func() {
-		return func() func() {
-			tok := signed(b, map[string]any{"file_path": "world.bin", "server_uuid": id})
-			res, err := http.Get(base + "/download/file?token=" + tok)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, _ := io.CopyBuffer(struct{ io.Writer }{io.Discard}, res.Body, buf)
-			res.Body.Close()
-			if res.StatusCode != 200 || n != size {
-				b.Fatalf("status %d, %d bytes", res.StatusCode, n)
-			}
-			return nil
-		}
-	}
-	bench.Paired(b, size, get(srv.URL), get(copied.URL))
 }

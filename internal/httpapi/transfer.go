@@ -22,7 +22,7 @@ type transferRequest struct {
 // the background.
 func (a *API) postTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req transferRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
 	u, err := url.Parse(req.URL)
