@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // PowerAction is one of start, stop, restart, kill.
@@ -150,7 +151,11 @@ func (s *Server) report(a PowerAction, err error, queued bool) {
 	}
 	s.log.Warn("power action failed", "action", a, "error", err)
 	if notRun(err) {
-		s.daemonMessage("Power action " + string(a) + " was not run: " + err.Error() + ".")
+		why := err.Error()
+		if ue, ok := usererr.From(err); ok {
+			why = ue.Message
+		}
+		s.daemonMessage("Power action " + string(a) + " was not run: " + strings.TrimSuffix(why, ".") + ".")
 		return
 	}
 	s.daemonMessage("Power action " + string(a) + " failed: " + err.Error())

@@ -216,7 +216,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 	if err := s.PowerAsync(PowerKill, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitConsole(t, s, "Power action start was not run: server is currently being restored.")
+	waitConsole(t, s, "Power action start was not run: Server is currently being restored.")
 	end()
 	if s.State() != Offline {
 		t.Fatalf("state %s", s.State())
@@ -232,7 +232,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	waitConsole(t, s, "Power action start was not run: server is already running.")
+	waitConsole(t, s, "Power action start was not run: Server is already running.")
 }
 
 // wait 0 is refused at once while an action holds the lock, and while a
