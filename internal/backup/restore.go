@@ -15,6 +15,11 @@ import (
 // restoreStopWait is how long a restore waits for a running server to stop.
 const restoreStopWait = 2 * time.Minute
 
+// usageRefreshTimeout bounds the disk usage walk after a restore. It runs detached from the
+// restore's context (the usage must be right even when the restore was cancelled), and a hung
+// disk must not keep the daemon's shutdown waiting for it forever.
+const usageRefreshTimeout = 5 * time.Minute
+
 // RestoreRequest is the body of the restore endpoint.
 type RestoreRequest struct {
 	Adapter           Adapter
@@ -104,7 +109,9 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	if nerr := s.panel.SetRestoreStatus(nctx, backup, err == nil); nerr != nil {
 		log.Error("could not report the restore status to the backend", "error", nerr)
 	}
-	if _, uerr := srv.Files().RefreshUsage(context.WithoutCancel(ctx)); uerr != nil {
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), usageRefreshTimeout)
+	defer ucancel()
+	if _, uerr := srv.Files().RefreshUsage(uctx); uerr != nil {
 		log.Warn("disk usage refresh after the restore failed", "error", uerr)
 	}
 }

@@ -82,7 +82,11 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("installer image: %w", err)
 	}
 	spec := s.installerSpec(def, script.ContainerImage, script.Entrypoint, scriptDir)
-	defer func() { _ = s.deps.removeContainer(context.WithoutCancel(ctx), s.log, spec.Name) }()
+	defer func() {
+		cctx, cancel := CleanupContext(ctx)
+		defer cancel()
+		_ = s.deps.removeContainer(cctx, s.log, spec.Name)
+	}()
 	if err := rt.Create(ctx, spec); err != nil {
 		return false, err
 	}

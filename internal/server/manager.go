@@ -271,14 +271,21 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 
 	uuid := s.UUID()
 	// Kill cancels a power action in progress and waits for the exit.
-	if err := s.Kill(context.WithoutCancel(ctx)); err != nil {
+	kctx, cancel := CleanupContext(ctx)
+	err := s.Kill(kctx)
+	cancel()
+	if err != nil {
 		s.log.Warn("killing the process before deletion failed", "error", err)
 	}
 	s.close()
 	m.remove(uuid)
+	// The server is gone from the manager: its containers are removed even
+	// if the caller gives up, within a bound of their own.
+	rctx, cancelRemove := CleanupContext(ctx)
+	defer cancelRemove()
 	var errs []error
 	for _, name := range []string{uuid, uuid + "_installer"} {
-		if err := m.deps.removeContainer(ctx, s.log, name); err != nil {
+		if err := m.deps.removeContainer(rctx, s.log, name); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -228,7 +228,9 @@ func (s *Server) start(ctx context.Context) error {
 		// running, unless the name is another node's container.
 		var other *runtime.OtherNodeError
 		if !errors.As(err, &other) {
-			_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
+			cctx, cancel := CleanupContext(ctx)
+			_ = s.deps.Runtime.Signal(cctx, def.Config.UUID, "SIGKILL")
+			cancel()
 		}
 		s.setState(Offline)
 		return err

@@ -270,9 +270,11 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		if s != nil {
 			if cur, ok := svc.opts.Servers.Get(id); ok && cur == s {
 				t.finish(err) // published to the server's subscribers before it goes
-				if derr := svc.opts.Servers.Delete(context.WithoutCancel(svc.ctx), s); derr != nil {
+				cctx, cancel := server.CleanupContext(svc.ctx)
+				if derr := svc.opts.Servers.Delete(cctx, s); derr != nil {
 					log.Warn("removing the half-received server", "error", derr)
 				}
+				cancel()
 			}
 		} else {
 			_ = os.RemoveAll(svc.dataDir(id))
