@@ -149,7 +149,7 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	if req.TruncateDirectory {
 		// For a download, the archive is known to be readable once its
 		// first entry was read: only then is the directory emptied.
-		opts.Ready = func() error { return files.RemoveAll(".") }
+		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
 	}
 	return archive.Extract(ctx, r, files, opts)
 }
