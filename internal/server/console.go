@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/wharf/wharf/internal/config"
 )
 
 // MaxLineBytes bounds one console line; the rest of a longer line is dropped
@@ -103,19 +105,45 @@ func (t *throttle) reset() {
 	t.start, t.count, t.notified = time.Time{}, 0, false
 }
 
-// ring keeps the last lines of console output.
+// consoleLines is how many console lines a server keeps: the configured
+// system.websocket_log_count, and never fewer than 100.
+func consoleLines(cfg *config.Config) int { return max(100, cfg.System.WebsocketLogCount) }
+
+// ring keeps the last lines of console output. Its size is read live from
+// size (system.websocket_log_count may change through /api/update): a
+// change resizes the ring at the next add or read, keeping the newest lines.
 type ring struct {
+	size  func() int
 	mu    sync.Mutex
 	lines []string
 	next  int
 	full  bool
 }
 
-func newRing(size int) *ring { return &ring{lines: make([]string, max(1, size))} }
+func newRing(size func() int) *ring {
+	r := &ring{size: size}
+	r.lines = make([]string, max(1, size()))
+	return r
+}
+
+// fit resizes the ring to the current size, keeping the newest lines. The
+// caller holds mu.
+func (r *ring) fit() {
+	want := max(1, r.size())
+	if want == len(r.lines) {
+		return
+	}
+	keep := r.lastLocked(want)
+	r.lines = make([]string, want)
+	copy(r.lines, keep)
+	r.next = len(keep) % want
+	r.full = len(keep) == want
+}
 
 func (r *ring) add(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.fit()
 	r.lines[r.next] = line
 	r.next = (r.next + 1) % len(r.lines)
 	if r.next == 0 {
@@ -127,6 +155,11 @@ func (r *ring) add(line string) {
 func (r *ring) last(n int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.fit()
+	return r.lastLocked(n)
+}
+
+func (r *ring) lastLocked(n int) []string {
 	count := r.next
 	if r.full {
 		count = len(r.lines)

@@ -153,7 +153,7 @@ func TestThrottle(t *testing.T) {
 }
 
 func TestRing(t *testing.T) {
-	r := newRing(3)
+	r := newRing(func() int { return 3 })
 	if got := r.last(10); len(got) != 0 {
 		t.Fatalf("empty ring: %q", got)
 	}
@@ -184,5 +184,37 @@ func TestRing(t *testing.T) {
 	}
 	if got := r.last(3); len(got) != 3 || got[2] != string(rune('a'+999%26)) {
 		t.Errorf("after wrapping many times: %q", got)
+	}
+}
+
+// A size change resizes the ring at the next use, keeping the newest lines.
+func TestRingResize(t *testing.T) {
+	size := 3
+	r := newRing(func() int { return size })
+	for _, l := range []string{"a", "b", "c", "d"} {
+		r.add(l)
+	}
+	size = 5
+	if diff := cmp.Diff([]string{"b", "c", "d"}, r.last(10)); diff != "" {
+		t.Fatalf("after growing: %s", diff)
+	}
+	for _, l := range []string{"e", "f", "g"} {
+		r.add(l)
+	}
+	if diff := cmp.Diff([]string{"c", "d", "e", "f", "g"}, r.last(10)); diff != "" {
+		t.Fatalf("grown ring: %s", diff)
+	}
+	size = 2
+	if diff := cmp.Diff([]string{"f", "g"}, r.last(10)); diff != "" {
+		t.Fatalf("after shrinking: %s", diff)
+	}
+	r.add("h")
+	if diff := cmp.Diff([]string{"g", "h"}, r.last(10)); diff != "" {
+		t.Fatalf("shrunk ring: %s", diff)
+	}
+	size = 4 // grow from a full ring
+	r.add("i")
+	if diff := cmp.Diff([]string{"g", "h", "i"}, r.last(10)); diff != "" {
+		t.Fatalf("regrown ring: %s", diff)
 	}
 }

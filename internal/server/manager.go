@@ -181,7 +181,7 @@ func (m *Manager) restoreOne(ctx context.Context, s *Server, saved State) {
 
 // reattach connects to a container that is already running.
 func (s *Server) reattach(ctx context.Context, st runtime.State) error {
-	n := max(100, s.deps.Config.Get().System.WebsocketLogCount)
+	n := consoleLines(s.deps.Config.Get())
 	if lines, err := s.deps.Runtime.Logs(ctx, s.UUID(), n); err == nil {
 		for _, l := range lines {
 			s.console.add(l)
