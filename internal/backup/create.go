@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 )
 
@@ -29,7 +30,7 @@ var ErrBackupRunning = errors.New("a backup with this identifier is already bein
 // Create starts a backup of srv in the background. The arguments are
 // checked first; nothing is started when they are wrong.
 func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	if adapter != Local && adapter != ObjectStore {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 )
 
 // restoreStopWait is how long a restore waits for a running server to stop.
@@ -33,7 +34,7 @@ type RestoreRequest struct {
 // missing local backup is ErrNotFound, a refused download a
 // *DownloadError, a restore already running ErrRestoring.
 func (s *Service) Restore(ctx context.Context, srv Server, backup string, req RestoreRequest) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	var path string

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -20,7 +21,7 @@ func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Serve
 	if !decodeJSON(w, r, &req) {
 		return
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: uuid must be a UUID.")
 		return
 	}
@@ -46,7 +47,7 @@ type restoreRequest struct {
 // a refused download) and restores in the background (202).
 func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Server) {
 	id := r.PathValue("backup")
-	if !isUUID(id) {
+	if !ids.IsUUID(id) {
 		a.fail(w, r, backup.ErrBadUUID)
 		return
 	}

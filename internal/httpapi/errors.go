@@ -5,7 +5,6 @@ import (
 
 	"encoding/json"
 	"errors"
-	"github.com/google/uuid"
 	"net/http"
 
 	"github.com/wharf/wharf/internal/backup"
@@ -112,9 +111,4 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-func isUUID(s string) bool {
-	_, err := uuid.Parse(s)
-	return err == nil && len(s) == 36
 }

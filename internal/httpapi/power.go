@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -139,7 +140,7 @@ func (a *API) postServers(w http.ResponseWriter, r *http.Request) {
 	if !decodeJSON(w, r, &req) {
 		return
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: uuid must be a UUID.")
 		return
 	}

@@ -15,12 +15,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -400,14 +399,14 @@ func (svc *Service) markers(dir string) []string {
 		}
 		return nil
 	}
-	var ids []string
+	var found []string
 	for _, e := range entries {
 		id := e.Name()
-		if u, err := uuid.Parse(id); err == nil && u.String() == strings.ToLower(id) && e.Type().IsRegular() {
-			ids = append(ids, id)
+		if ids.IsUUID(id) && e.Type().IsRegular() {
+			found = append(found, id)
 		}
 	}
-	return ids
+	return found
 }
 
 func (svc *Service) failOutgoing() {
