@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"io"
 	"sync"
 	"time"
 
@@ -12,57 +10,6 @@ import (
 // MaxLineBytes bounds one console line; the rest of a longer line is dropped
 // (one 10 MB line without a newline must not grow memory or stop the console).
 const MaxLineBytes = 16 << 10
-
-// readLines splits r into lines of at most MaxLineBytes and calls emit for
-// each, until r ends. Carriage returns at line ends are removed.
-func readLines(r io.Reader, emit func(line string)) error {
-	buf := make([]byte, 32<<10)
-	var line []byte
-	overflow := false
-	flush := func() {
-		emit(string(bytes.TrimRight(line, "\r")))
-		line = line[:0]
-	}
-	for {
-		n, err := r.Read(buf)
-		chunk := buf[:n]
-		for len(chunk) > 0 {
-			i := bytes.IndexByte(chunk, '\n')
-			part := chunk
-			if i >= 0 {
-				part = chunk[:i]
-			}
-			if !overflow {
-				room := MaxLineBytes - len(line)
-				if len(part) > room {
-					line = append(line, part[:room]...)
-					flush()
-					overflow = true
-				} else {
-					line = append(line, part...)
-				}
-			}
-			if i < 0 {
-				break
-			}
-			if overflow {
-				overflow = false
-			} else {
-				flush()
-			}
-			chunk = chunk[i+1:]
-		}
-		if err != nil {
-			if len(line) > 0 && !overflow {
-				flush()
-			}
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
-}
 
 // throttle lets at most `lines` lines through per window; the first line
 // dropped in a window is reported so that one notice can be sent.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -100,7 +101,7 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 	readDone := make(chan struct{})
 	if !s.goServer(func() {
 		defer close(readDone)
-		_ = readLines(stream, func(line string) {
+		_ = consoletext.ReadLines(stream, MaxLineBytes, func(line string) {
 			if output.Len() < installOutputLimit {
 				output.WriteString(line + "\n")
 			}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
@@ -108,13 +108,11 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 		case events.TransferStatus:
 			log.Info("transfer status", "status", strings.Join(e.Args, " "))
 		case events.TransferLogs:
-			log.Info("transfer log", "message", ansi.ReplaceAllString(strings.Join(e.Args, " "), ""))
+			log.Info("transfer log", "message", consoletext.StripANSI(strings.Join(e.Args, " ")))
 		}
 		s.Publish(e)
 	}
 }
-
-var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // Send starts an outgoing transfer of s to url (a target's /api/transfers),
 // with token as the Authorization header, and returns at once. The server
