@@ -135,15 +135,6 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-func (s *Server) registryAuth(image string) *runtime.RegistryAuth {
-	cfg := s.deps.Config.Get()
-	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
-	for k, v := range cfg.Docker.Registries {
-		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
-	}
-	return runtime.RegistryAuthFor(image, regs)
-}
-
 // installerSpec: never privileged, the image's own user, no Docker socket,
 // only /mnt/server and /mnt/install mounted, limits = the higher of the
 // installer limits and the server's, and a PID limit.
