@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
 )
 
@@ -83,5 +86,60 @@ func TestDeleteBoundedOnHungEngine(t *testing.T) {
 		if dl.Before(start) || dl.After(end.Add(CleanupTimeout)) {
 			t.Errorf("%s: deadline %v not within CleanupTimeout of the call", call, dl)
 		}
+	}
+}
+
+// failingCreate is an engine on which creating the container fails and the clean-up kill that
+// follows hangs: the kill must be bounded by CleanupTimeout even though the start's context is
+// never cancelled.
+type failingCreate struct {
+	*hungRuntime
+}
+
+var errCreate = errors.New("create failed")
+
+func (failingCreate) EnsureImage(context.Context, string, *runtime.RegistryAuth, func(string)) error {
+	return nil
+}
+
+func (failingCreate) Create(context.Context, runtime.ContainerSpec) error { return errCreate }
+
+func TestStartFailureCleanupBounded(t *testing.T) {
+	dir := t.TempDir()
+	def := gameDef(nil)
+	p := devpanel.New("tid", "node-token")
+	p.PutServer(def)
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	c := config.Defaults()
+	c.System.Data = filepath.Join(dir, "volumes")
+	c.System.RootDirectory = dir
+	c.System.User.UID, c.System.User.GID = -1, -1
+	rt := failingCreate{&hungRuntime{deadlines: map[string]time.Time{}}}
+	client := panel.New(func() panel.Settings {
+		return panel.Settings{Remote: srv.URL, TokenID: "tid", Token: "node-token", Timeout: 10 * time.Second}
+	}, "test")
+	m := NewManager(context.Background(), &Deps{Runtime: rt, Panel: client, Config: config.NewStore(filepath.Join(dir, "config.yml"), c)})
+	defer m.Close()
+	if err := m.LoadFromPanel(context.Background(), 50); err != nil {
+		t.Fatal(err)
+	}
+	s, ok := m.Get(def.UUID)
+	if !ok {
+		t.Fatal("server not loaded")
+	}
+	start := time.Now()
+	if err := s.Power(context.Background(), PowerStart, time.Second); !errors.Is(err, errCreate) {
+		t.Fatalf("start = %v, want the create error", err)
+	}
+	dl, ok := rt.deadlines["signal "+def.UUID]
+	if !ok {
+		t.Fatalf("the kill after the failed start had no time limit (calls: %v)", rt.deadlines)
+	}
+	if dl.After(time.Now().Add(CleanupTimeout)) || dl.Before(start) {
+		t.Fatalf("kill deadline %v not within CleanupTimeout", dl)
+	}
+	if s.State() != Offline {
+		t.Fatalf("state after a failed start %s", s.State())
 	}
 }
