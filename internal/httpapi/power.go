@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -139,7 +140,7 @@ func (a *API) postServers(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		return errBadUUID
 	}
 	if _, err := a.Servers.Create(r.Context(), req.UUID, req.StartOnCompletion); err != nil {
