@@ -319,6 +319,53 @@ func TestWebsocketSuspension(t *testing.T) {
 	}
 }
 
+// The panel's console (panelConsole) recovers by itself from a daemon
+// restart and from an expired token, and stops reconnecting when the
+// server is suspended: each ends within a few seconds in an authenticated
+// console or in a closed socket that stays closed (issue 12 part 7).
+
+func TestWebsocketPanelConsoleDaemonRestart(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	p := n.openPanelConsole(t, wsServerA, mint(), mint)
+	p.waitAuthed(5 * time.Second)
+	n.stop()
+	waitFor(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed })
+	n.restart()
+	start := time.Now()
+	// The stored token was issued before the boot: the daemon's answer must
+	// make the panel fetch a new one.
+	p.waitAuthed(5 * time.Second)
+	t.Logf("console authenticated %s after the daemon answered: %s", time.Since(start), p)
+}
+
+func TestWebsocketPanelConsoleExpiredToken(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	// A laptop wakes up: the socket dropped while it slept, and the stored
+	// token has expired since.
+	stale := wsClaims(wsServerA, wsUser1, "*")
+	stale["exp"] = time.Now().Add(-time.Minute).Unix()
+	start := time.Now()
+	p := n.openPanelConsole(t, wsServerA, n.sign(t, stale), mint)
+	p.waitAuthed(5 * time.Second)
+	t.Logf("console authenticated after %s: %s", time.Since(start), p)
+}
+
+func TestWebsocketPanelConsoleSuspended(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	p := n.openPanelConsole(t, wsServerA, mint(), mint)
+	p.waitAuthed(5 * time.Second)
+	n.Panel.UpdateSettings(wsServerA, "suspended", true)
+	if res, body := n.request("POST", "/api/servers/"+wsServerA+"/sync", nil, ""); res.StatusCode/100 != 2 {
+		t.Fatalf("sync: %d %s", res.StatusCode, body)
+	}
+	if code := p.waitGivenUp(3*time.Second, 3*time.Second); code != websocket.StatusNormalClosure {
+		t.Fatalf("closed for good with %d, want 1000: %s", code, p)
+	}
+}
+
 // TestWebsocketConsole drives a real container from the websocket:
 // permission gates, status/stats order on start and stop, commands,
 // `send logs`, the console flood throttle, a client that stops reading,
