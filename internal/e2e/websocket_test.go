@@ -295,7 +295,8 @@ func TestWebsocketTokenExpiry(t *testing.T) {
 }
 
 // TestWebsocketSuspension: a sync that finds the server suspended closes
-// its sockets with 4409; a new socket is closed with 4409 at once.
+// its sockets with 1000; a new socket is closed with 1000 at once (the
+// panel's console does not reconnect after 1000).
 func TestWebsocketSuspension(t *testing.T) {
 	n := startWSNode(t, nil)
 	a1, a2 := n.mustDial(t, wsServerA), n.mustDial(t, wsServerA)
@@ -308,13 +309,13 @@ func TestWebsocketSuspension(t *testing.T) {
 		t.Fatalf("sync: %d %s", res.StatusCode, body)
 	}
 	for i, w := range []*wsClient{a1, a2} {
-		if code := w.closed(2 * time.Second); code != 4409 {
-			t.Fatalf("socket %d closed with %d, want 4409", i, code)
+		if code := w.closed(2 * time.Second); code != websocket.StatusNormalClosure {
+			t.Fatalf("socket %d closed with %d, want 1000", i, code)
 		}
 	}
 	b.send("send stats")
 	b.expect("stats", 5*time.Second, nil)
-	if code := n.mustDial(t, wsServerA).closed(2 * time.Second); code != 4409 {
+	if code := n.mustDial(t, wsServerA).closed(2 * time.Second); code != websocket.StatusNormalClosure {
 		t.Fatalf("new socket on a suspended server closed with %d", code)
 	}
 }

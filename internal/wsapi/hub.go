@@ -51,6 +51,7 @@ const (
 	DefaultReadLimit     = 4096
 	DefaultAuthTimeout   = 10 * time.Second
 	DefaultExpiryWarning = 60 * time.Second
+	DefaultExpiryRepeat  = 30 * time.Second
 	DefaultSlowClient    = 5 * time.Second
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultQueueSize     = 512
@@ -73,6 +74,7 @@ type Options struct {
 	ReadLimit     int64         // largest inbound frame; a larger one closes the socket
 	AuthTimeout   time.Duration // an unauthenticated socket is closed after this
 	ExpiryWarning time.Duration // `token expiring` this long before exp
+	ExpiryRepeat  time.Duration // and again this often until exp
 	// SlowClient: a socket whose event queue stays full this long is closed.
 	SlowClient time.Duration
 	// WriteTimeout bounds one frame write; a client that does not read is
@@ -110,6 +112,7 @@ func NewHub(opts Options) *Hub {
 	}
 	def(&opts.AuthTimeout, DefaultAuthTimeout)
 	def(&opts.ExpiryWarning, DefaultExpiryWarning)
+	def(&opts.ExpiryRepeat, DefaultExpiryRepeat)
 	def(&opts.SlowClient, DefaultSlowClient)
 	def(&opts.WriteTimeout, DefaultWriteTimeout)
 	if opts.MaxPerServer <= 0 {

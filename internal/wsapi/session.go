@@ -192,11 +192,11 @@ func (s *session) handle(m message) {
 	}
 	c := s.claims.Load()
 	if !s.hub.opts.Now().Before(c.ExpiresAt) {
-		s.send(events.New(EventJWTError, tokens.ErrExpired.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(tokens.ErrExpired)))
 		return
 	}
 	if err := s.hub.opts.Denylist.Check(c.ServerUUID, c.UserUUID, c.IssuedAt); err != nil {
-		s.send(events.New(EventJWTError, err.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(err)))
 		return
 	}
 	switch m.Event {
@@ -232,7 +232,7 @@ func (s *session) authenticate(raw string) {
 	}
 	if err != nil {
 		s.log.Debug("websocket authentication refused", "reason", err)
-		s.send(events.New(EventJWTError, err.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(err)))
 		return
 	}
 	first := !s.authd
@@ -348,6 +348,7 @@ func (s *session) writeLoop() {
 		expiringC, expiredC <-chan time.Time
 		watchdog            *time.Ticker
 		watchdogC           <-chan time.Time
+		claimsExp           time.Time
 	)
 	defer func() {
 		if sub != nil {
@@ -378,6 +379,7 @@ func (s *session) writeLoop() {
 				if !s.write(events.New(EventAuthSuccess)) {
 					return
 				}
+				claimsExp = c.ExpiresAt
 				untilExp := c.ExpiresAt.Sub(opts.Now())
 				untilWarn := max(0, untilExp-opts.ExpiryWarning)
 				if expiring == nil {
@@ -420,6 +422,11 @@ func (s *session) writeLoop() {
 		case <-expiringC:
 			if !s.write(events.New(EventTokenExpiring)) {
 				return
+			}
+			// Again while the token lives, so that one failed refresh in
+			// the panel is retried.
+			if next := opts.Now().Add(opts.ExpiryRepeat); next.Before(claimsExp) {
+				expiring.Reset(opts.ExpiryRepeat)
 			}
 		case <-expiredC:
 			_ = s.write(events.New(EventTokenExpired))

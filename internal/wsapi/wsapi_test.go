@@ -263,3 +263,77 @@ func TestWebsocketPermissions(t *testing.T) {
 		}
 	}
 }
+
+// TestWebsocketTokenExpiringRepeats: `token expiring` comes when the
+// warning window opens and again every ExpiryRepeat until the token
+// expires, so that a failed refresh in the panel is retried.
+func TestWebsocketTokenExpiringRepeats(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	func() {
+		_, _, url, stop := setup(t, Options{ExpiryWarning: time.Minute, ExpiryRepeat: 300 * time.Millisecond})
+		defer stop()
+		c := dial(t, url)
+		defer c.CloseNow()
+		tok, err := tokens.Sign([]byte(testKey), map[string]any{
+			"user_uuid": "u1", "server_uuid": testServer, "permissions": []any{"*"}, "jti": "j",
+			"iat": time.Now().Unix(), "exp": time.Now().Add(3 * time.Second).Unix(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(t, c, "auth", tok)
+		expiring := 0
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, data, err := c.Read(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("socket ended before token expired (%d token expiring): %v", expiring, err)
+			}
+			var m message
+			_ = json.Unmarshal(data, &m)
+			if m.Event == EventTokenExpiring {
+				expiring++
+			}
+			if m.Event == EventTokenExpired {
+				break
+			}
+		}
+		// The token lives 2-3 s: a notice at once, then every 300 ms.
+		if expiring < 5 {
+			t.Fatalf("%d token expiring before token expired, want one every 300 ms", expiring)
+		}
+	}()
+}
+
+// TestWebsocketJWTErrorTexts: the two refusals the panel recovers from
+// carry the texts it looks for.
+func TestWebsocketJWTErrorTexts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	func() {
+		_, _, url, stop := setup(t, Options{})
+		defer stop()
+		for name, tc := range map[string]struct {
+			iat, exp time.Time
+			want     string
+		}{
+			"expired":     {time.Now(), time.Now().Add(-time.Second), "jwt: exp claim is invalid"},
+			"before boot": {time.Now().Add(-2 * time.Hour), time.Now().Add(time.Hour), "jwt: created too far in past (denylist)"},
+		} {
+			c := dial(t, url)
+			tok, err := tokens.Sign([]byte(testKey), map[string]any{
+				"user_uuid": "u1", "server_uuid": testServer, "permissions": []any{"*"}, "jti": "j",
+				"iat": tc.iat.Unix(), "exp": tc.exp.Unix(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			send(t, c, "auth", tok)
+			m := readUntil(t, c, EventJWTError)
+			if len(m.Args) != 1 || !strings.HasPrefix(m.Args[0], tc.want) {
+				t.Errorf("%s: jwt error %q, want it to start with %q", name, m.Args, tc.want)
+			}
+			c.CloseNow()
+		}
+	}()
+}
