@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/coder/websocket"
+
+	"github.com/wharf/wharf/internal/wsapi"
 )
 
 // getWebsocket upgrades GET /api/servers/{server}/ws. It needs no bearer
@@ -32,12 +34,12 @@ func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) {
 	liftBodyDeadline(w)
 	w.Header().Set("Content-Security-Policy", "default-src 'self'")
 	w.Header().Set("X-Frame-Options", "DENY")
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	sock, err := wsapi.Accept(w, r, &websocket.AcceptOptions{
 		// The Origin was checked above against the backend and allowed_origins.
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
 		return // Accept has answered the client
 	}
-	a.Websockets.Serve(r.Context(), conn, s, a.clientIP(r))
+	a.Websockets.Serve(r.Context(), sock, s, a.clientIP(r))
 }

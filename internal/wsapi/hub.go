@@ -80,7 +80,10 @@ type Options struct {
 	// WriteTimeout bounds one frame write; a client that does not read is
 	// closed when it passes.
 	WriteTimeout time.Duration
-	QueueSize    int // outbound events queued per socket
+	// QueueSize caps the server's events queued per socket, read at every
+	// event (a configuration change applies at once); DefaultQueueSize when
+	// nil or <= 0. A socket holds memory only for what is queued.
+	QueueSize func() int
 }
 
 // Hub owns every websocket session of the daemon.
@@ -121,10 +124,17 @@ func NewHub(opts Options) *Hub {
 	if opts.ReadLimit <= 0 {
 		opts.ReadLimit = DefaultReadLimit
 	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
-	}
 	return &Hub{opts: opts, perServer: map[string]int{}, sessions: map[*session]struct{}{}}
+}
+
+// queueSize is the live cap of a socket's queue of server events.
+func (h *Hub) queueSize() int {
+	if h.opts.QueueSize != nil {
+		if n := h.opts.QueueSize(); n > 0 {
+			return n
+		}
+	}
+	return DefaultQueueSize
 }
 
 // Reserve takes one of the server's socket slots before the upgrade; ok is
@@ -158,12 +168,12 @@ func (h *Hub) Count(serverUUID string) int {
 
 // Serve runs one websocket session until it ends. ctx is the request's
 // context: when it ends (daemon shutdown), the socket is closed with 1012.
-func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, srv Server, ip string) {
-	s := newSession(h, conn, srv, ip)
+func (h *Hub) Serve(ctx context.Context, sock *Socket, srv Server, ip string) {
+	s := newSession(h, sock, srv, ip)
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		_ = conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
+		_ = sock.conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
 		return
 	}
 	h.sessions[s] = struct{}{}

@@ -74,11 +74,11 @@ func setup(t *testing.T, opts Options) (*Hub, *fakeServer, string, func()) {
 			return
 		}
 		defer release()
-		c, err := websocket.Accept(w, r, nil)
+		sock, err := Accept(w, r, nil)
 		if err != nil {
 			return
 		}
-		h.Serve(r.Context(), c, srv, "192.0.2.1")
+		h.Serve(r.Context(), sock, srv, "192.0.2.1")
 	}))
 	stop := func() {
 		h.Close()
@@ -199,7 +199,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestWebsocketSlowClientDropped(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	func() {
-		h, srv, url, stop := setup(t, Options{SlowClient: time.Second, WriteTimeout: 2 * time.Second, QueueSize: 64})
+		h, srv, url, stop := setup(t, Options{SlowClient: time.Second, WriteTimeout: 2 * time.Second, QueueSize: func() int { return 64 }})
 		defer stop()
 		idle, reader := dial(t, url), dial(t, url)
 		send(t, idle, "auth", token(t, "*"))

@@ -1,0 +1,119 @@
+package wsapi
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Socket is an accepted websocket whose outbound frames can be coalesced:
+// the frames a session writes between cork and flush leave the process in
+// one write (one system call) instead of one each.
+type Socket struct {
+	conn *websocket.Conn
+	out  *corkWriter
+}
+
+// Accept upgrades the request (websocket.Accept with opts) and returns a
+// Socket for Hub.Serve. On failure Accept has answered the client.
+func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*Socket, error) {
+	h := &corkHijacker{ResponseWriter: w}
+	c, err := websocket.Accept(h, r, opts)
+	if err != nil {
+		return nil, err
+	}
+	if h.out == nil { // Accept hijacks or fails
+		_ = c.CloseNow()
+		return nil, errors.New("websocket accepted without hijacking the connection")
+	}
+	return &Socket{conn: c, out: h.out}, nil
+}
+
+// corkHijacker hands the websocket library the hijacked connection with its
+// buffered writer redirected through a corkWriter (reusing the writer's
+// buffer, so a socket costs no extra memory).
+type corkHijacker struct {
+	http.ResponseWriter
+	out *corkWriter
+}
+
+func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.out = &corkWriter{conn: conn}
+	brw.Writer.Reset(h.out)
+	return conn, brw, nil
+}
+
+// corkWriter passes writes through to the connection, except between cork
+// and flush, when it gathers them for one write. Its buffer is released by
+// release, so an idle socket holds none.
+type corkWriter struct {
+	conn net.Conn
+
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+// corkFlushAt: a batch this large is written without waiting for flush.
+const corkFlushAt = 256 << 10
+
+func (c *corkWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.conn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= corkFlushAt {
+		if err := c.writeLocked(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// cork starts gathering writes; every write to the connection until flush
+// must end before deadline.
+func (c *corkWriter) cork(deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = true
+	_ = c.conn.SetWriteDeadline(deadline)
+}
+
+// flush writes what was gathered since cork and ends the cork.
+func (c *corkWriter) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	var err error
+	if len(c.buf) > 0 {
+		err = c.writeLocked()
+	}
+	_ = c.conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+func (c *corkWriter) writeLocked() error {
+	_, err := c.conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
+}
+
+// release drops the buffer (an idle socket keeps none).
+func (c *corkWriter) release() {
+	c.mu.Lock()
+	if !c.corked {
+		c.buf = nil
+	}
+	c.mu.Unlock()
+}
