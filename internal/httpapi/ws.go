@@ -30,7 +30,6 @@ func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "Too many open websocket connections.")
 		return
 	}
-	defer release()
 	liftBodyDeadline(w)
 	w.Header().Set("Content-Security-Policy", "default-src 'self'")
 	w.Header().Set("X-Frame-Options", "DENY")
@@ -39,7 +38,10 @@ func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) {
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
+		release()
 		return // Accept has answered the client
 	}
-	a.Websockets.Serve(r.Context(), sock, s, a.clientIP(r))
+	// The session runs on in the hub; this handler returns so that the
+	// HTTP server frees what it holds for the request.
+	a.Websockets.Go(sock, s, a.clientIP(r), release)
 }

@@ -166,19 +166,48 @@ func (h *Hub) Count(serverUUID string) int {
 	return h.perServer[serverUUID]
 }
 
-// Serve runs one websocket session until it ends. ctx is the request's
-// context: when it ends (daemon shutdown), the socket is closed with 1012.
+// Serve runs one websocket session until it ends. When ctx ends, the
+// socket is closed with 1012 (service restart).
 func (h *Hub) Serve(ctx context.Context, sock *Socket, srv Server, ip string) {
+	s := h.register(sock, srv, ip)
+	if s == nil {
+		return
+	}
+	h.serve(ctx, s)
+}
+
+// Go runs one websocket session in a goroutine of the hub, so that the
+// HTTP handler can return and free what the HTTP server holds for the
+// request (its goroutine's stack among it). release is called when the
+// session has ended. Close ends the session.
+func (h *Hub) Go(sock *Socket, srv Server, ip string, release func()) {
+	s := h.register(sock, srv, ip)
+	if s == nil {
+		release()
+		return
+	}
+	go func() {
+		defer release()
+		h.serve(context.Background(), s)
+	}()
+}
+
+// register records a new session; nil (and the socket closed) when the
+// hub is closed.
+func (h *Hub) register(sock *Socket, srv Server, ip string) *session {
 	s := newSession(h, sock, srv, ip)
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.closed {
-		h.mu.Unlock()
 		_ = sock.conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
-		return
+		return nil
 	}
 	h.sessions[s] = struct{}{}
 	h.wg.Add(1)
-	h.mu.Unlock()
+	return s
+}
+
+func (h *Hub) serve(ctx context.Context, s *session) {
 	defer func() {
 		h.mu.Lock()
 		delete(h.sessions, s)

@@ -70,7 +70,7 @@ type session struct {
 	out  *corkWriter
 	srv  Server
 	ip   string
-	log  *slog.Logger
+	log  sessionLog
 
 	ctx    context.Context // ends when the session must close
 	cancel context.CancelFunc
@@ -106,14 +106,25 @@ func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
 		hub: h, conn: sock.conn, out: sock.out, srv: srv, ip: ip,
-		log:    h.opts.Log.With("server", srv.UUID(), "remote", ip),
 		ctx:    ctx,
 		cancel: cancel,
 		lim:    newLimiter(),
 	}
 	s.q = events.NewQueue(h.queueSize, s.wants, s.kick)
+	s.log = sessionLog{s}
 	return s
 }
+
+// sessionLog logs with the session's server and remote address, built only
+// when a line is logged: an idle socket keeps no logger of its own.
+type sessionLog struct{ s *session }
+
+func (l sessionLog) logger() *slog.Logger {
+	return l.s.hub.opts.Log.With("server", l.s.srv.UUID(), "remote", l.s.ip)
+}
+func (l sessionLog) Debug(msg string, args ...any) { l.logger().Debug(msg, args...) }
+func (l sessionLog) Info(msg string, args ...any)  { l.logger().Info(msg, args...) }
+func (l sessionLog) Warn(msg string, args ...any)  { l.logger().Warn(msg, args...) }
 
 // wants filters the server's events by the current token's permissions.
 func (s *session) wants(event string) bool {
@@ -204,21 +215,35 @@ func (s *session) readLoop() {
 		if typ != websocket.MessageText {
 			continue
 		}
-		var m message
-		if json.Unmarshal(data, &m) != nil || m.Event == "" {
-			continue // invalid frames are ignored
-		}
-		if ok, notice := s.lim.allow(m.Event, s.hub.opts.Now()); !ok {
-			if notice != "" {
-				s.send(events.New(EventThrottled, notice))
-			}
-			continue
-		}
-		s.handle(m)
+		// The reader spends its life blocked in Read with a small stack;
+		// handling a message (token checks, JSON, power actions) needs a
+		// deep one, so it runs on a goroutine of its own that ends with it,
+		// and the reader waits for it (messages are handled in order).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.inbound(data)
+		}()
+		<-done
 		if s.ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// inbound handles one text message.
+func (s *session) inbound(data []byte) {
+	var m message
+	if json.Unmarshal(data, &m) != nil || m.Event == "" {
+		return // invalid frames are ignored
+	}
+	if ok, notice := s.lim.allow(m.Event, s.hub.opts.Now()); !ok {
+		if notice != "" {
+			s.send(events.New(EventThrottled, notice))
+		}
+		return
+	}
+	s.handle(m)
 }
 
 // send queues one of the session's own answers for the writer.
@@ -298,6 +323,7 @@ func (s *session) authenticate(raw string) {
 	}
 	s.tmu.Lock()
 	s.authTimer.Stop()
+	s.authTimer = nil
 	s.tmu.Unlock()
 	if !s.srv.Events().Attach(s.q, success) {
 		s.Close(server.CloseDeleted, "server deleted")

@@ -2,6 +2,7 @@ package wsapi
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -34,9 +35,17 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 	return &Socket{conn: c, out: h.out}, nil
 }
 
-// corkHijacker hands the websocket library the hijacked connection with its
-// buffered writer redirected through a corkWriter (reusing the writer's
-// buffer, so a socket costs no extra memory).
+// Sizes of a socket's own buffered reader and writer. Small: inbound frames
+// are at most a few KiB and rare, and outbound frames are gathered by the
+// corkWriter, so larger buffers would only cost memory on every socket.
+const (
+	socketReadBuffer  = 256
+	socketWriteBuffer = 256
+)
+
+// corkHijacker hands the websocket library the hijacked connection with
+// small buffers of its own (the HTTP server's 4 KiB ones are freed when the
+// handler returns) and the writes redirected through a corkWriter.
 type corkHijacker struct {
 	http.ResponseWriter
 	out *corkWriter
@@ -47,9 +56,31 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Bytes the client sent behind the upgrade request (its first frames)
+	// are read before the connection's.
+	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	c := &hijackedConn{Conn: conn, pending: bytes.Clone(pending)}
 	h.out = &corkWriter{conn: conn}
-	brw.Writer.Reset(h.out)
-	return conn, brw, nil
+	return c, bufio.NewReadWriter(bufio.NewReaderSize(c, socketReadBuffer), bufio.NewWriterSize(h.out, socketWriteBuffer)), nil
+}
+
+// hijackedConn reads what the HTTP server had buffered before the
+// connection itself.
+type hijackedConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *hijackedConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // corkWriter passes writes through to the connection, except between cork
