@@ -72,8 +72,10 @@ type session struct {
 	ip   string
 	log  sessionLog
 
-	ctx    context.Context // ends when the session must close
-	cancel context.CancelFunc
+	// Closing: end starts it once; closed is closed when it is done.
+	ended     atomic.Bool
+	closeOnce sync.Once
+	closed    chan struct{}
 	q      *events.Queue
 
 	closeMu     sync.Mutex
@@ -103,11 +105,9 @@ type session struct {
 }
 
 func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{
 		hub: h, conn: sock.conn, out: sock.out, srv: srv, ip: ip,
-		ctx:    ctx,
-		cancel: cancel,
+		closed: make(chan struct{}),
 		lim:    newLimiter(),
 	}
 	s.q = events.NewQueue(h.queueSize, s.wants, s.kick)
@@ -152,17 +152,41 @@ func (s *session) Close(code int, reason string) {
 		s.closeCode, s.closeReason = websocket.StatusCode(code), reason
 	}
 	s.closeMu.Unlock()
-	s.cancel()
+	s.end()
+}
+
+// end starts closing the socket, once: a goroutine waits for the writer in
+// flight (it ends within WriteTimeout, so that the close frame is not cut
+// into a frame being written), then sends the close frame, which also ends
+// the reader.
+func (s *session) end() {
+	s.ended.Store(true)
+	s.closeOnce.Do(func() { go s.closeConn() })
+}
+
+func (s *session) closeConn() {
+	defer close(s.closed)
+	s.wmu.Lock()
+	s.closing = true
+	s.wmu.Unlock()
+	s.writers.Wait()
+	s.closeMu.Lock()
+	code, reason := s.closeCode, s.closeReason
+	s.closeMu.Unlock()
+	if code == 0 {
+		code = websocket.StatusNormalClosure
+	}
+	_ = s.conn.Close(code, reason)
 }
 
 // run serves the socket until it ends: the calling goroutine reads.
 func (s *session) run() {
-	defer s.cancel()
 	s.conn.SetReadLimit(s.hub.opts.ReadLimit)
 	remove := s.srv.AddSession(s)
 	defer remove()
 	if s.srv.IsSuspended() && !s.srv.IsRestoring() {
-		_ = s.conn.Close(server.CloseSuspended, "server is suspended")
+		s.Close(server.CloseSuspended, "server is suspended")
+		<-s.closed
 		return
 	}
 	s.tmu.Lock()
@@ -170,26 +194,9 @@ func (s *session) run() {
 		s.Close(CloseAuthTimeout, "authentication timed out")
 	})
 	s.tmu.Unlock()
-	// Closing: once the writer in flight is done (it ends within
-	// WriteTimeout), send the close frame, which also ends the reader.
-	closed := make(chan struct{})
-	context.AfterFunc(s.ctx, func() {
-		defer close(closed)
-		s.wmu.Lock()
-		s.closing = true
-		s.wmu.Unlock()
-		s.writers.Wait()
-		s.closeMu.Lock()
-		code, reason := s.closeCode, s.closeReason
-		s.closeMu.Unlock()
-		if code == 0 {
-			code = websocket.StatusNormalClosure
-		}
-		_ = s.conn.Close(code, reason)
-	})
 	s.readLoop()
-	s.cancel()
-	<-closed
+	s.end()
+	<-s.closed
 	s.q.Detach()
 	s.tmu.Lock()
 	s.gen++
@@ -225,7 +232,7 @@ func (s *session) readLoop() {
 			s.inbound(data)
 		}()
 		<-done
-		if s.ctx.Err() != nil {
+		if s.ended.Load() {
 			return
 		}
 	}
@@ -502,7 +509,7 @@ func (s *session) writeLoop() {
 // write sends a batch of frames in one system call; false when the session
 // must end.
 func (s *session) write(batch []events.Frame) bool {
-	// Not bound to s.ctx: a close request lets the batch being written
+	// Not cut short by a close request: it lets the batch being written
 	// finish, so that the close frame that follows is not lost.
 	s.out.cork(time.Now().Add(s.hub.opts.WriteTimeout))
 	var err error
@@ -525,7 +532,7 @@ func (s *session) write(batch []events.Frame) bool {
 		s.Close(CloseSlowClient, "client is not reading fast enough")
 		return false
 	case err != nil:
-		s.cancel()
+		s.end()
 		return false
 	case expired:
 		s.Close(CloseTokenExpired, "token expired")

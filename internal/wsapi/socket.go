@@ -39,8 +39,8 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 // are at most a few KiB and rare, and outbound frames are gathered by the
 // corkWriter, so larger buffers would only cost memory on every socket.
 const (
-	socketReadBuffer  = 256
-	socketWriteBuffer = 256
+	socketReadBuffer  = 128
+	socketWriteBuffer = 64
 )
 
 // corkHijacker hands the websocket library the hijacked connection with

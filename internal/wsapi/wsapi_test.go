@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,4 +337,18 @@ func TestWebsocketJWTErrorTexts(t *testing.T) {
 			c.CloseNow()
 		}
 	}()
+}
+
+// TestQueueSizeReadLive: the cap of a socket's queue follows the option's
+// function at every call (POST /api/update applies without a restart).
+func TestQueueSizeReadLive(t *testing.T) {
+	var size atomic.Int64
+	h := NewHub(Options{QueueSize: func() int { return int(size.Load()) }})
+	if got := h.queueSize(); got != DefaultQueueSize {
+		t.Fatalf("queue size %d with the option at 0, want the default %d", got, DefaultQueueSize)
+	}
+	size.Store(4000)
+	if got := h.queueSize(); got != 4000 {
+		t.Fatalf("queue size %d after a change to 4000", got)
+	}
 }
