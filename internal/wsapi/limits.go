@@ -27,14 +27,27 @@ const (
 	bucketOther
 )
 
-func newLimiter() *limiter {
-	return &limiter{buckets: [5]*rate.Limiter{
-		bucketGlobal:   rate.NewLimiter(rate.Every(200*time.Millisecond), 10),
-		bucketAuth:     rate.NewLimiter(rate.Every(2500*time.Millisecond), 2),
-		bucketLogs:     rate.NewLimiter(rate.Every(2500*time.Millisecond), 2),
-		bucketCommands: rate.NewLimiter(10, 10),
-		bucketOther:    rate.NewLimiter(4, 4),
-	}}
+// bucketRates are the refill rate and burst of each bucket.
+var bucketRates = [5]struct {
+	every rate.Limit
+	burst int
+}{
+	bucketGlobal:   {rate.Every(200 * time.Millisecond), 10},
+	bucketAuth:     {rate.Every(2500 * time.Millisecond), 2},
+	bucketLogs:     {rate.Every(2500 * time.Millisecond), 2},
+	bucketCommands: {10, 10},
+	bucketOther:    {4, 4},
+}
+
+func newLimiter() *limiter { return &limiter{} }
+
+// bucket returns bucket i, made on first use: most sockets only ever
+// authenticate, and an idle socket should hold no more than it needs.
+func (l *limiter) bucket(i int) *rate.Limiter {
+	if l.buckets[i] == nil {
+		l.buckets[i] = rate.NewLimiter(bucketRates[i].every, bucketRates[i].burst)
+	}
+	return l.buckets[i]
 }
 
 // allow reports whether an inbound event may be handled now. When it may
@@ -50,11 +63,11 @@ func (l *limiter) allow(event string, now time.Time) (ok bool, notice string) {
 	case eventSendCommand:
 		bucket = bucketCommands
 	}
-	if !l.buckets[bucketGlobal].AllowN(now, 1) {
+	if !l.bucket(bucketGlobal).AllowN(now, 1) {
 		return false, l.notice(bucketGlobal, "global")
 	}
 	l.noticed[bucketGlobal] = false
-	if !l.buckets[bucket].AllowN(now, 1) {
+	if !l.bucket(bucket).AllowN(now, 1) {
 		return false, l.notice(bucket, event)
 	}
 	l.noticed[bucket] = false

@@ -76,7 +76,7 @@ type session struct {
 	ended     atomic.Bool
 	closeOnce sync.Once
 	closed    chan struct{}
-	q      *events.Queue
+	q         *events.Queue
 
 	closeMu     sync.Mutex
 	closeCode   websocket.StatusCode
@@ -95,8 +95,7 @@ type session struct {
 	tmu       sync.Mutex
 	gen       uint64
 	authTimer *time.Timer
-	expiring  *time.Timer
-	expired   *time.Timer
+	expiry    *time.Timer // token expiring, then token expired
 
 	// Owned by the reader goroutine.
 	perms permissions
@@ -200,7 +199,7 @@ func (s *session) run() {
 	s.q.Detach()
 	s.tmu.Lock()
 	s.gen++
-	for _, t := range []*time.Timer{s.authTimer, s.expiring, s.expired} {
+	for _, t := range []*time.Timer{s.authTimer, s.expiry} {
 		if t != nil {
 			t.Stop()
 		}
@@ -422,40 +421,47 @@ func (s *session) daemonError(err error) {
 
 // armExpiry schedules `token expiring` ExpiryWarning before exp and every
 // ExpiryRepeat after it while the token lives, then `token expired` and the
-// close at exp. A new token replaces the schedule.
+// close at exp, on one timer. A new token replaces the schedule.
 func (s *session) armExpiry(exp time.Time) {
 	opts := s.hub.opts
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
 	s.gen++
 	gen := s.gen
-	if s.expiring != nil {
-		s.expiring.Stop()
-		s.expired.Stop()
+	if s.expiry != nil {
+		s.expiry.Stop()
 	}
-	untilExp := exp.Sub(opts.Now())
-	s.expiring = time.AfterFunc(max(0, untilExp-opts.ExpiryWarning), func() {
+	atExp := false // the timer is set for exp itself
+	var fire func()
+	fire = func() {
 		s.tmu.Lock()
 		defer s.tmu.Unlock()
 		if gen != s.gen {
 			return
 		}
-		s.send(events.New(EventTokenExpiring))
+		left := exp.Sub(opts.Now())
+		if atExp || left <= 0 {
+			s.send(events.New(EventTokenExpired))
+			s.q.Put(closeMarker)
+			return
+		}
 		// Again while the token lives, so that one failed refresh in the
 		// panel is retried.
-		if opts.Now().Add(opts.ExpiryRepeat).Before(exp) {
-			s.expiring.Reset(opts.ExpiryRepeat)
+		s.send(events.New(EventTokenExpiring))
+		next := opts.ExpiryRepeat
+		if next >= left {
+			next, atExp = left, true
 		}
-	})
-	s.expired = time.AfterFunc(untilExp, func() {
-		s.tmu.Lock()
-		defer s.tmu.Unlock()
-		if gen != s.gen {
-			return
-		}
-		s.send(events.New(EventTokenExpired))
-		s.q.Put(closeMarker)
-	})
+		s.expiry.Reset(next)
+	}
+	untilExp := exp.Sub(opts.Now())
+	first := untilExp - opts.ExpiryWarning
+	if first <= 0 && untilExp > 0 {
+		first = 0
+	} else if untilExp <= 0 {
+		first, atExp = 0, true
+	}
+	s.expiry = time.AfterFunc(first, fire)
 }
 
 // kick starts the writer unless it runs or the session is closing; the
