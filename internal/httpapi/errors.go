@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // errorBody is the shape of every error answer.
@@ -43,6 +44,13 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		tooLarge  *http.MaxBytesError
 		download  *backup.DownloadError
 	)
+	if ue, ok := usererr.From(err); ok {
+		if ue.Err != nil {
+			a.Log.Debug("request refused", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
+		}
+		writeError(w, r, userStatus(ue.Kind), ue.Message)
+		return
+	}
 	switch {
 	case errors.Is(err, tokens.ErrInvalidToken):
 		// Which check failed is not the client's business (and never the token itself).
@@ -117,4 +125,27 @@ func capitalize(s string) string {
 func isUUID(s string) bool {
 	_, err := uuid.Parse(s)
 	return err == nil && len(s) == 36
+}
+
+// userStatus is the HTTP status of a user error's kind.
+func userStatus(k usererr.Kind) int {
+	switch k {
+	case usererr.Invalid:
+		return http.StatusBadRequest
+	case usererr.Unauthorized:
+		return http.StatusUnauthorized
+	case usererr.Forbidden:
+		return http.StatusForbidden
+	case usererr.NotFound:
+		return http.StatusNotFound
+	case usererr.Conflict:
+		return http.StatusConflict
+	case usererr.TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case usererr.Unprocessable:
+		return http.StatusUnprocessableEntity
+	case usererr.NotRunning:
+		return http.StatusBadGateway
+	}
+	return http.StatusBadRequest
 }

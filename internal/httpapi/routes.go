@@ -58,5 +58,15 @@ func (a *API) routes() []route {
 		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
 		{"POST /api/transfers", authSigned, http.HandlerFunc(a.postTransfers)},
 		{"DELETE /api/transfers/{server}", authBearer, http.HandlerFunc(a.deleteIncomingTransfer)},
+
+		// File manager
+		{"GET /api/servers/{server}/files/contents", authBearer, a.withServer(a.getFileContents)},
+		{"GET /api/servers/{server}/files/list-directory", authBearer, a.withServer(a.getListDirectory)},
+		{"PUT /api/servers/{server}/files/rename", authBearer, a.withServer(a.putRename)},
+		{"POST /api/servers/{server}/files/copy", authBearer, a.withServer(a.postCopy)},
+		{"POST /api/servers/{server}/files/write", authBearer, a.withServer(a.postWrite)},
+		{"POST /api/servers/{server}/files/create-directory", authBearer, a.withServer(a.postCreateDirectory)},
+		{"POST /api/servers/{server}/files/delete", authBearer, a.withServer(a.postDelete)},
+		{"POST /api/servers/{server}/files/chmod", authBearer, a.withServer(a.postChmod)},
 	}
 }

@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"net/http"
+	"path"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/files"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// fileManager is the file manager of s with the node's settings.
+func (a *API) fileManager(s *server.Server) *files.Manager {
+	m := files.New(s.Files())
+	cfg := a.Config.Get()
+	m.Level = archive.ParseLevel(cfg.System.Backups.CompressionLevel)
+	m.TempDir = cfg.System.TmpDirectory
+	return m
+}
+
+// getFileContents answers the raw bytes of a regular file. Errors (missing,
+// a directory, a pipe or device, denylisted) are answered before any header.
+func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	name := r.URL.Query().Get("file")
+	c, err := a.fileManager(s).Open(name)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer c.File.Close()
+	h := w.Header()
+	h.Set("X-Mime-Type", c.Mime)
+	if r.URL.Query().Get("download") != "" {
+		h.Set("Content-Disposition", attachment(path.Base("/"+name)))
+		h.Set("Content-Type", "application/octet-stream")
+	} else {
+		h.Set("Content-Type", c.Mime)
+	}
+	// The *os.File itself: ServeContent's copy then uses sendfile.
+	http.ServeContent(w, r, "", c.Info.ModTime(), c.File.OSFile())
+}
+
+func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	out, err := a.fileManager(s).List(r.URL.Query().Get("directory"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// writeGuard answers 409 when the server's files may not be changed now
+// (suspended, or an exclusive job rewrites them).
+func (a *API) writeGuard(w http.ResponseWriter, r *http.Request, s *server.Server) bool {
+	if err := s.CheckFileWrites(); err != nil {
+		a.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
+func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Root  string         `json:"root"`
+		Files []files.Rename `json:"files"`
+	}
+	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
+		return
+	}
+	if err := a.fileManager(s).RenameAll(req.Root, req.Files); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Location string `json:"location"`
+	}
+	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
+		return
+	}
+	if _, err := a.fileManager(s).Copy(req.Location); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// postWrite stores the raw body as the file: Content-Length is required,
+// and the file changes only once the whole body has arrived.
+func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	if r.Header.Get("Content-Length") == "" || r.ContentLength < 0 {
+		a.fail(w, r, files.ErrMissingLength)
+		return
+	}
+	if !a.writeGuard(w, r, s) {
+		return
+	}
+	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), r.Body, r.ContentLength); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Name string `json:"name"`
+		Path string `json:"path"`
+	}
+	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
+		return
+	}
+	if err := a.fileManager(s).Mkdir(req.Path, req.Name); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Root  string   `json:"root"`
+		Files []string `json:"files"`
+	}
+	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
+		return
+	}
+	if err := a.fileManager(s).Delete(req.Root, req.Files); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Root  string        `json:"root"`
+		Files []files.Chmod `json:"files"`
+	}
+	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
+		return
+	}
+	if err := a.fileManager(s).ChmodAll(req.Root, req.Files); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
