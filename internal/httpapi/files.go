@@ -149,3 +149,60 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// fileJob takes the server's job slot for a file job (compress,
+// decompress, pull): refused while an exclusive job runs, and while the
+// server's files may not be changed.
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server) (end func(), ok bool) {
+	if !a.writeGuard(w, r, s) {
+		return nil, false
+	}
+	end, err := s.BeginJob(server.JobFiles)
+	if err != nil {
+		a.fail(w, r, err)
+		return nil, false
+	}
+	return end, true
+}
+
+func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req files.CompressRequest
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	end, ok := a.fileJob(w, r, s)
+	if !ok {
+		return
+	}
+	defer end()
+	st, err := a.fileManager(s).Compress(r.Context(), req)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	var req struct {
+		Root string `json:"root"`
+		File string `json:"file"`
+	}
+	if !decodeJSON(w, r, &req) {
+		return
+	}
+	end, ok := a.fileJob(w, r, s)
+	if !ok {
+		return
+	}
+	defer end()
+	res, err := a.fileManager(s).Decompress(r.Context(), req.Root, req.File)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if res.Skipped > 0 {
+		a.Log.Info("decompress skipped entries", "server", s.UUID(), "file", req.File, "skipped", res.Skipped)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -68,5 +68,7 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/files/create-directory", authBearer, a.withServer(a.postCreateDirectory)},
 		{"POST /api/servers/{server}/files/delete", authBearer, a.withServer(a.postDelete)},
 		{"POST /api/servers/{server}/files/chmod", authBearer, a.withServer(a.postChmod)},
+		{"POST /api/servers/{server}/files/compress", authBearer, a.withServer(a.postCompress)},
+		{"POST /api/servers/{server}/files/decompress", authBearer, a.withServer(a.postDecompress)},
 	}
 }
