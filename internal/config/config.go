@@ -42,8 +42,9 @@ type API struct {
 type RemoteDownload struct {
 	// MaxRedirects is how many redirects a download follows (each checked).
 	MaxRedirects int `yaml:"max_redirects" json:"max_redirects"`
-	// AllowLoopback lets downloads reach this host (127/8, ::1). For tests
-	// only; never changed by POST /api/update.
+	// AllowLoopback lets downloads reach 127.0.0.1 (other loopback
+	// addresses stay refused). For tests only; never changed by POST
+	// /api/update.
 	AllowLoopback bool `yaml:"allow_loopback" json:"allow_loopback"`
 }
 

@@ -83,6 +83,3 @@ func IsInternal(ip netip.Addr) bool {
 	}
 	return false
 }
-
-// IsLoopback reports whether ip is this host (127/8, ::1).
-func IsLoopback(ip netip.Addr) bool { return ip.Unmap().IsLoopback() }

@@ -95,8 +95,13 @@ type DownloadError struct{ Reason string }
 
 func (e *DownloadError) Error() string { return "The download failed: " + e.Reason + "." }
 
+// testLoopback is the one address AllowLoopback opens: where test servers
+// listen. Other loopback addresses (127.0.0.2, ::1) stay refused, so that
+// tests can still see a redirect to loopback refused.
+var testLoopback = netip.MustParseAddr("127.0.0.1")
+
 func (s *Service) checkAddr(host, _ string, ip netip.Addr) error {
-	if s.opts.AllowLoopback && netguard.IsLoopback(ip) && !ip.Is4In6() {
+	if s.opts.AllowLoopback && ip == testLoopback {
 		return nil
 	}
 	if netguard.IsInternal(ip) {
