@@ -383,3 +383,46 @@ func TestFilesSuspendedRefusesWrites(t *testing.T) {
 		t.Fatal("a suspended server's file changed")
 	}
 }
+
+func TestFilesSearch(t *testing.T) {
+	n := filesNode(t, 100, nil)
+	mustWrite(t, n.fpath("plugins/Essentials.jar"), "PK\x03\x04", 0o644)
+	mustWrite(t, n.fpath("plugins/essentials/config.yml"), "a: 1", 0o644)
+	mustWrite(t, n.fpath("node_modules/essentials-lib/index.js"), "x", 0o644)
+	mustWrite(t, n.fpath("world/region/r.0.0.mca"), "x", 0o644)
+	deep := "d"
+	for range 12 {
+		deep += "/d"
+	}
+	mustWrite(t, n.fpath(deep+"/essentials-deep.txt"), "x", 0o644)
+	_ = os.Symlink("/etc", n.fpath("plugins/etc-essentials"))
+	_ = os.Symlink("/etc", n.fpath("etc"))
+
+	res, body := n.files("GET", "search?directory=/&pattern=ESSENTIAL", nil)
+	wantStatus(t, "search", res, body, 200)
+	var got []stat
+	_ = json.Unmarshal(body, &got)
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Name)
+	}
+	want := "plugins/Essentials.jar plugins/essentials plugins/etc-essentials"
+	if strings.Join(names, " ") != want {
+		t.Fatalf("search found %v, want %s", names, want)
+	}
+	res, body = n.files("GET", "search?directory=/plugins&pattern=*.yml", nil)
+	wantStatus(t, "glob", res, body, 200)
+	if !strings.Contains(string(body), `"name":"essentials/config.yml"`) || strings.Count(string(body), `"name"`) != 1 {
+		t.Fatalf("glob: %s", body)
+	}
+	res, body = n.files("GET", "search?directory=/&pattern=ab", nil)
+	wantError(t, "short", res, body, 400, "The search pattern must be at least 3 characters long.")
+	res, body = n.files("GET", "search?directory=/nope&pattern=abc", nil)
+	wantStatus(t, "missing dir", res, body, 404)
+	for _, dir := range []string{"etc", "../" + siblingServer} {
+		res, body = n.files("GET", "search?pattern=passwd&directory="+q(dir), nil)
+		if res.StatusCode == 200 && strings.Contains(string(body), "passwd") || res.StatusCode >= 500 {
+			t.Fatalf("search %s: %d %s", dir, res.StatusCode, body)
+		}
+	}
+}

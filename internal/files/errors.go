@@ -36,6 +36,7 @@ var (
 	ErrBadExtension    = usererr.New(usererr.Invalid, "The archive extension must be one of zip, tar, tar.gz, tgz, tar.bz2, tbz2, tar.xz, txz, tar.zst.")
 	ErrBadArchiveName  = usererr.New(usererr.Invalid, "The archive name must be a plain file name.")
 	ErrShortPattern    = usererr.New(usererr.Invalid, "The search pattern must be at least 3 characters long.")
+	ErrBadPattern      = usererr.New(usererr.Invalid, "The search pattern is not a valid glob.")
 	ErrMissingLength   = usererr.New(usererr.Invalid, "Missing Content-Length")
 	ErrArchiveNotFound = usererr.New(usererr.NotFound, "The requested archive does not exist.")
 )

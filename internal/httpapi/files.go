@@ -206,3 +206,14 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// getSearch is Pelican's recursive name search.
+func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) {
+	q := r.URL.Query()
+	out, err := a.fileManager(s).Search(r.Context(), q.Get("directory"), q.Get("pattern"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}

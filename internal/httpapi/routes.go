@@ -70,6 +70,7 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/files/chmod", authBearer, a.withServer(a.postChmod)},
 		{"POST /api/servers/{server}/files/compress", authBearer, a.withServer(a.postCompress)},
 		{"POST /api/servers/{server}/files/decompress", authBearer, a.withServer(a.postDecompress)},
+		{"GET /api/servers/{server}/files/search", authBearer, a.withServer(a.getSearch)},
 		{"GET /api/servers/{server}/files/pull", authBearer, a.withServer(a.getPulls)},
 		{"POST /api/servers/{server}/files/pull", authBearer, a.withServer(a.postPull)},
 		{"DELETE /api/servers/{server}/files/pull/{download}", authBearer, a.withServer(a.deletePull)},
