@@ -140,3 +140,54 @@ func TestFilesAttackMatrix(t *testing.T) {
 	}
 	check()
 }
+
+// A directory swapped for a link to the sibling server while the listing,
+// the search and compress walk it: the sibling's files never show up in an
+// answer or an archive.
+func TestFilesSymlinkSwappedDuringWalk(t *testing.T) {
+	n := filesNode(t, 100, nil)
+	for i := range 200 {
+		mustWrite(t, n.fpath(fmt.Sprintf("flip/f%03d.txt", i)), "mine", 0o644)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		real, link, parked := n.fpath("flip"), n.fpath("flip"), n.fpath("parked")
+		for {
+			select {
+			case <-stop:
+				_ = os.Remove(link)
+				_ = os.Rename(parked, real)
+				return
+			default:
+			}
+			_ = os.Rename(real, parked)
+			_ = os.Symlink("../"+siblingServer, link)
+			_ = os.Remove(link)
+			_ = os.Rename(parked, real)
+		}
+	}()
+	for i := range 40 {
+		for _, route := range []string{"list-directory?directory=flip", "search?directory=flip&pattern=sibling"} {
+			res, body := n.files("GET", route, nil)
+			if res.StatusCode >= 500 {
+				t.Fatalf("%s: %d %s", route, res.StatusCode, body)
+			}
+			if strings.Contains(string(body), "sibling.txt") {
+				t.Fatalf("%s listed the sibling's file: %s", route, body)
+			}
+		}
+		res, body := n.files("POST", "compress", map[string]any{"root": "/", "files": []string{"flip"}, "name": fmt.Sprintf("w%d", i)})
+		if res.StatusCode >= 500 {
+			t.Fatalf("compress: %d %s", res.StatusCode, body)
+		}
+		if res.StatusCode == 200 {
+			if list := tarList(t, n.fpath(fmt.Sprintf("w%d.tar.gz", i))); strings.Contains(list, "sibling") {
+				t.Fatalf("archive holds the sibling's file: %s", list)
+			}
+		}
+	}
+	close(stop)
+	<-done
+}
