@@ -99,7 +99,7 @@ func (m *Manager) listWalk(dir string) ([]Stat, error) {
 		}
 		mime := MimeBinary
 		if fi.Mode().IsRegular() {
-			mime = m.mimeOf(fi, head, func() (*sandbox.File, error) { return m.FS.OpenEntry(rel, d) })
+			mime = m.mimeOfEntry(fi, head, rel, d)
 		}
 		out = append(out, NewStat(fi, mime))
 		return nil
@@ -155,6 +155,22 @@ func (m *Manager) mimeOf(fi fs.FileInfo, head []byte, open func() (*sandbox.File
 	}
 	n, _ := f.ReadAt(head, 0)
 	_ = f.Close()
+	return DetectMime(fi.Name(), head[:n])
+}
+
+// mimeOfEntry is mimeOf for an entry Walk is reporting: its head is read
+// relative to the walked directory, without an *os.File.
+func (m *Manager) mimeOfEntry(fi fs.FileInfo, head []byte, rel string, d fs.DirEntry) string {
+	if fi.Size() == 0 {
+		return MimeText
+	}
+	if t := mimeByName(fi.Name()); t != "" {
+		return t
+	}
+	n, err := m.FS.ReadHead(rel, d, head)
+	if err != nil {
+		return MimeBinary
+	}
 	return DetectMime(fi.Name(), head[:n])
 }
 

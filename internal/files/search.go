@@ -6,8 +6,6 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // Search bounds.
@@ -83,7 +81,7 @@ func (m *Manager) Search(ctx context.Context, dir, pattern string) ([]Stat, erro
 		case d.IsDir():
 			mime = MimeDirectory
 		case info.Mode().IsRegular():
-			mime = m.mimeOf(info, head, func() (*sandbox.File, error) { return m.FS.OpenEntry(full, d) })
+			mime = m.mimeOfEntry(info, head, full, d)
 		}
 		st := NewStat(info, mime)
 		st.Name = rel

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -695,4 +696,53 @@ func TestOpenEntryStaysInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// ReadHead reads the entry itself: a link (even one swapped in for a file)
+// is not followed, and a FIFO does not block.
+func TestReadHeadNeverFollowsOrBlocks(t *testing.T) {
+	fx := newFixture(t)
+	if err := syscall.Mkfifo(filepath.Join(fx.root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.root, "plain.txt"), []byte("plain head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	seen := map[string]bool{}
+	err := fx.fs.Walk(".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && rel != "." {
+			return fs.SkipDir
+		}
+		switch rel {
+		case "plain.txt":
+			n, err := fx.fs.ReadHead(rel, d, buf)
+			if err != nil || string(buf[:n]) != "plain head" {
+				t.Errorf("plain: %q %v", buf[:n], err)
+			}
+		case "filelink", "fifo":
+			if rel == "filelink" {
+				// swap: whatever it was listed as, it is a link now
+				if n, err := fx.fs.ReadHead(rel, d, buf); err == nil {
+					t.Errorf("ReadHead(filelink) read %q through the link", buf[:n])
+				}
+			} else {
+				done := make(chan struct{})
+				go func() { _, _ = fx.fs.ReadHead(rel, d, buf); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("ReadHead blocked on a FIFO")
+				}
+			}
+		}
+		seen[rel] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !seen["plain.txt"] || !seen["filelink"] || !seen["fifo"] {
+		t.Fatalf("walk saw %v", seen)
+	}
 }
