@@ -9,7 +9,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zip"
@@ -65,13 +68,10 @@ func (m *Manager) Decompress(ctx context.Context, root, file string) (Decompress
 	if err != nil {
 		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	x := &extraction{m: m, root: root, links: map[string]bool{}}
+	x := &extraction{m: m, root: root, links: map[string]bool{}, known: map[string]bool{}}
 	switch f := format.(type) {
 	case archives.Zip:
-		if err := m.zipFits(src, fi.Size()); err != nil {
-			return x.res, err
-		}
-		err = f.Extract(ctx, stream, x.entry)
+		err = x.zip(ctx, src, fi.Size())
 	case archives.CompressedArchive:
 		if gz, ok := f.Compression.(archives.Gz); ok {
 			gz.Multithreaded = true
@@ -93,36 +93,169 @@ func (m *Manager) Decompress(ctx context.Context, root, file string) (Decompress
 	return x.res, nil
 }
 
-// zipFits refuses a zip whose declared uncompressed size exceeds the
-// space left (the central directory may lie: the writes are bounded too).
-func (m *Manager) zipFits(r io.ReaderAt, size int64) error {
-	lim := m.FS.DiskLimit()
-	if lim == 0 {
-		return nil
-	}
+// zip extracts a zip archive: the central directory is read first (sizes
+// checked against the disk limit, names checked, links found), then
+// directories and regular files are written by one worker per core (zip
+// entries are independent), links last.
+func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	var total int64
+	if err := x.m.zipFits(zr); err != nil {
+		return err
+	}
+	type job struct {
+		f   *zip.File
+		rel string
+	}
+	var files, links []job
 	for _, f := range zr.File {
-		if total += int64(f.UncompressedSize64); total < 0 || (lim > 0 && m.FS.Usage()+total > lim) {
-			return ErrNoSpace
+		rel, ok := x.entryName(f.Name)
+		if !ok {
+			x.skip()
+			continue
+		}
+		mode := f.Mode()
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			x.links[rel] = true
+			links = append(links, job{f, rel})
+		case mode.IsDir() || mode.IsRegular():
+			files = append(files, job{f, rel})
+		default:
+			x.skip()
 		}
 	}
+	// Entries below a link of the archive are not written.
+	keep := files[:0]
+	for _, j := range files {
+		if _, ok := x.entryName(j.f.Name); ok {
+			keep = append(keep, j)
+		} else {
+			x.skip()
+		}
+	}
+	files = keep
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+	)
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(files) || ctx.Err() != nil {
+					return
+				}
+				j := files[i]
+				if err := x.zipEntry(j.f, j.rel); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range links {
+		if err := x.entry(ctx, zipInfo(j.f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *extraction) zipEntry(f *zip.File, rel string) error {
+	name := join(x.root, rel)
+	mode := f.Mode()
+	if mode.IsDir() {
+		if err := x.mkdirs(name); err != nil {
+			return x.skipDenied(err)
+		}
+		x.mu.Lock()
+		x.dirs = append(x.dirs, dirMeta{name, mode.Perm(), f.Modified})
+		x.res.Dirs++
+		x.mu.Unlock()
+		return nil
+	}
+	r, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return x.file(name, mode.Perm(), f.Modified, r)
+}
+
+// zipInfo describes a zip entry the way the archives package does.
+func zipInfo(f *zip.File) archives.FileInfo {
+	return archives.FileInfo{
+		FileInfo:      f.FileInfo(),
+		Header:        f.FileHeader,
+		NameInArchive: f.Name,
+		Open:          func() (fs.File, error) { r, err := f.Open(); return zipFile{r, f.FileInfo()}, err },
+	}
+}
+
+type zipFile struct {
+	io.ReadCloser
+	fi fs.FileInfo
+}
+
+func (z zipFile) Stat() (fs.FileInfo, error) { return z.fi, nil }
+
+// zipFits refuses a zip whose declared uncompressed size exceeds the
+// space left (the central directory may lie: the writes are bounded too).
+func (m *Manager) zipFits(zr *zip.Reader) error {
+	lim := m.FS.DiskLimit()
 	if lim < 0 {
 		return ErrNoSpace
+	}
+	if lim == 0 {
+		return nil
+	}
+	var total int64
+	for _, f := range zr.File {
+		if total += int64(f.UncompressedSize64); total < 0 || m.FS.Usage()+total > lim {
+			return ErrNoSpace
+		}
 	}
 	return nil
 }
 
 type extraction struct {
-	m       *Manager
-	root    string
-	links   map[string]bool // links made by this archive (cleaned names below root)
+	m     *Manager
+	root  string
+	links map[string]bool // links made by this archive (cleaned names below root)
+
+	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
+	known   map[string]bool // directories known to exist
 	written []string        // files, links and directories this extraction created, in order
 	dirs    []dirMeta
 	res     DecompressResult
+}
+
+func (x *extraction) skip() {
+	x.mu.Lock()
+	x.res.Skipped++
+	x.mu.Unlock()
+}
+
+func (x *extraction) wroteFile(name string, n int64) {
+	x.mu.Lock()
+	x.written = append(x.written, name)
+	x.res.Files++
+	x.res.Bytes += n
+	x.mu.Unlock()
 }
 
 type dirMeta struct {
@@ -161,14 +294,10 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	}
 	rel, ok := x.entryName(f.NameInArchive)
 	if !ok {
-		x.res.Skipped++
+		x.skip()
 		return nil
 	}
 	name := join(x.root, rel)
-	if x.m.FS.Denied(name) {
-		x.res.Skipped++
-		return nil
-	}
 	mode := f.Mode()
 	if h, ok := f.Header.(*tar.Header); ok && h.Typeflag == tar.TypeLink {
 		return x.hardlink(rel, name, f.LinkTarget)
@@ -176,10 +305,12 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	switch {
 	case mode.IsDir():
 		if err := x.mkdirs(name); err != nil {
-			return err
+			return x.skipDenied(err)
 		}
+		x.mu.Lock()
 		x.dirs = append(x.dirs, dirMeta{name, mode.Perm(), f.ModTime()})
 		x.res.Dirs++
+		x.mu.Unlock()
 		return nil
 	case mode&fs.ModeSymlink != 0:
 		return x.symlink(rel, name, f)
@@ -191,14 +322,30 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 		defer r.Close()
 		return x.file(name, mode.Perm(), f.ModTime(), r)
 	}
-	x.res.Skipped++ // device, FIFO, socket
+	x.skip() // device, FIFO, socket
 	return nil
 }
 
-// mkdirs creates name and its missing parents, remembering the new ones.
+// skipDenied turns a denylist refusal into a skipped entry.
+func (x *extraction) skipDenied(err error) error {
+	if errors.Is(err, sandbox.ErrDenied) {
+		x.skip()
+		return nil
+	}
+	return err
+}
+
+// mkdirs creates name and its missing parents, remembering the new ones;
+// directories already made or seen are not looked at again.
 func (x *extraction) mkdirs(name string) error {
 	c := strings.TrimPrefix(path.Clean("/"+name), "/")
 	if c == "" {
+		return nil
+	}
+	x.mu.Lock()
+	ok := x.known[c]
+	x.mu.Unlock()
+	if ok {
 		return nil
 	}
 	var missing []string
@@ -211,8 +358,15 @@ func (x *extraction) mkdirs(name string) error {
 	if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
 		return err
 	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for i := len(missing) - 1; i >= 0; i-- {
-		x.written = append(x.written, missing[i])
+		if !x.known[missing[i]] {
+			x.written = append(x.written, missing[i])
+		}
+	}
+	for p := c; p != "." && p != ""; p = path.Dir(p) {
+		x.known[p] = true
 	}
 	return nil
 }
@@ -235,31 +389,35 @@ func (x *extraction) clear(name string) error {
 
 func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
 	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
-		return err
-	}
-	if err := x.clear(name); err != nil {
-		return err
+		return x.skipDenied(err)
 	}
 	if perm == 0 {
 		perm = 0o644
 	}
+	// A new file is created exclusively; only when something is in the way
+	// is it looked at (a link or file removed, a directory refused).
 	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
+	if errors.Is(err, sandbox.ErrExist) {
+		if err := x.clear(name); err != nil {
+			return err
+		}
+		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	}
-	x.written = append(x.written, name)
+	if err != nil {
+		return x.skipDenied(err)
+	}
 	n, err := io.Copy(w, readOnly{r})
-	x.res.Bytes += n
 	if err == nil && !mtime.IsZero() {
 		err = w.SetTimes(mtime, mtime)
 	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		x.res.Files++
+	x.wroteFile(name, n)
+	if err != nil {
+		return err
 	}
-	return err
+	return nil
 }
 
 func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
@@ -278,21 +436,23 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 		target = string(b)
 	}
 	if target == "" {
-		x.res.Skipped++
+		x.skip()
 		return nil
 	}
 	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
-		return err
+		return x.skipDenied(err)
 	}
 	if err := x.clear(name); err != nil {
 		return err
 	}
 	if err := x.m.FS.Symlink(target, name); err != nil {
-		return err
+		return x.skipDenied(err)
 	}
+	x.mu.Lock()
 	x.written = append(x.written, name)
 	x.links[rel] = true
 	x.res.Links++
+	x.mu.Unlock()
 	return nil
 }
 
@@ -301,30 +461,31 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 func (x *extraction) hardlink(rel, name, target string) error {
 	t, ok := x.entryName(target)
 	if !ok || t == rel {
-		x.res.Skipped++
+		x.skip()
 		return nil
 	}
 	tname := join(x.root, t)
 	if !x.wrote(tname) {
-		x.res.Skipped++
+		x.skip()
 		return nil
 	}
 	if fi, err := x.m.FS.Lstat(tname); err != nil || !fi.Mode().IsRegular() {
-		x.res.Skipped++
+		x.skip()
 		return nil
 	}
 	if err := x.clear(name); err != nil {
 		return err
 	}
 	if err := x.m.FS.Copy(tname, name); err != nil {
-		return err
+		return x.skipDenied(err)
 	}
-	x.written = append(x.written, name)
-	x.res.Files++
+	x.wroteFile(name, 0)
 	return nil
 }
 
 func (x *extraction) wrote(name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	for i := len(x.written) - 1; i >= 0; i-- {
 		if x.written[i] == name {
 			return true
@@ -349,6 +510,7 @@ func (x *extraction) single(ctx context.Context, d archives.Decompressor, stream
 	if x.m.FS.Denied(name) {
 		return sandbox.ErrDenied
 	}
+	x.known[path.Clean("/" + x.root)[1:]] = true
 	return x.file(name, 0o644, time.Time{}, ctxReader{ctx, rc})
 }
 

@@ -71,6 +71,7 @@ type state struct {
 	used  atomic.Int64
 
 	refreshMu sync.Mutex
+	rootPath  atomic.Pointer[string] // host path of rootDir, as /proc shows it
 }
 
 // FS is the confined filesystem of one server. It is safe for concurrent
@@ -144,6 +145,21 @@ func (f *FS) Denied(name string) bool {
 		return true
 	}
 	return f.checkDeny("check", rel) != nil
+}
+
+// DeniedEntry is Denied for an entry Walk reports at rel: the name is
+// matched as it is, without resolving links on it (Walk never follows one
+// below the directory it walks), so it costs no system call.
+func (f *FS) DeniedEntry(rel string) bool {
+	if f.trusted {
+		return false
+	}
+	d := f.s.deny.Load()
+	if d == nil {
+		return false
+	}
+	c, err := clean("check", rel)
+	return err != nil || d.match(c)
 }
 
 // checkDeny refuses rel when it, or the name it resolves to through

@@ -191,7 +191,12 @@ func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
 	if !ok || e.s != f.s {
 		return f.open("open", rel)
 	}
-	rel, err := f.allowed("open", rel)
+	// The name is matched as it is (no link resolution: checkOpened below
+	// checks the file actually opened, which covers any link on the way).
+	if f.DeniedEntry(rel) {
+		return nil, newErr("open", strings.TrimPrefix(rel, "/"), ErrDenied)
+	}
+	rel, err := clean("open", rel)
 	if err != nil {
 		return nil, err
 	}
