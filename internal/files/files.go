@@ -1,6 +1,7 @@
 package files
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -398,7 +399,7 @@ func (m *Manager) Mkdir(dir, name string) error {
 // Delete removes each name (relative to root) with everything below it; a
 // link is removed as a link. Missing names are not an error. The root
 // itself is refused before anything is deleted.
-func (m *Manager) Delete(root string, names []string) error {
+func (m *Manager) Delete(ctx context.Context, root string, names []string) error {
 	if len(names) == 0 {
 		return ErrNoDeletes
 	}
@@ -408,7 +409,7 @@ func (m *Manager) Delete(root string, names []string) error {
 		}
 	}
 	for _, n := range names {
-		if err := m.FS.RemoveAll(join(root, n)); err != nil {
+		if err := m.FS.RemoveAll(ctx, join(root, n)); err != nil {
 			return err
 		}
 	}

@@ -20,12 +20,11 @@ func (a *API) fileManager(s *server.Server) *files.Manager {
 
 // getFileContents answers the raw bytes of a regular file. Errors (missing,
 // a directory, a pipe or device, denylisted) are answered before any header.
-func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	name := r.URL.Query().Get("file")
 	c, err := a.fileManager(s).Open(name)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	defer c.File.Close()
 	h := w.Header()
@@ -38,182 +37,177 @@ func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.
 	}
 	// The *os.File itself: ServeContent's copy then uses sendfile.
 	http.ServeContent(w, r, "", c.Info.ModTime(), c.File.OSFile())
+	return nil
 }
 
-func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	out, err := a.fileManager(s).List(r.URL.Query().Get("directory"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
 
-// writeGuard answers 409 when the server's files may not be changed now
-// (suspended, or an exclusive job rewrites them).
-func (a *API) writeGuard(w http.ResponseWriter, r *http.Request, s *server.Server) bool {
-	if err := s.CheckFileWrites(); err != nil {
-		a.fail(w, r, err)
-		return false
+// readWrite reads a writing route's JSON body into v, then refuses with
+// 409 when the server's files may not be changed now (suspended, or an
+// exclusive job rewrites them).
+func readWrite(w http.ResponseWriter, r *http.Request, s *server.Server, v any) error {
+	if err := readJSON(w, r, v); err != nil {
+		return err
 	}
-	return true
+	return s.CheckFileWrites()
 }
 
-func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Root  string         `json:"root"`
 		Files []files.Rename `json:"files"`
 	}
-	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
-		return
+	if err := readWrite(w, r, s, &req); err != nil {
+		return err
 	}
 	if err := a.fileManager(s).RenameAll(req.Root, req.Files); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Location string `json:"location"`
 	}
-	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
-		return
+	if err := readWrite(w, r, s, &req); err != nil {
+		return err
 	}
 	if _, err := a.fileManager(s).Copy(req.Location); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // postWrite stores the raw body as the file: Content-Length is required,
 // and the file changes only once the whole body has arrived.
-func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	if r.Header.Get("Content-Length") == "" || r.ContentLength < 0 {
-		a.fail(w, r, files.ErrMissingLength)
-		return
+		return files.ErrMissingLength
 	}
-	if !a.writeGuard(w, r, s) {
-		return
+	if err := s.CheckFileWrites(); err != nil {
+		return err
 	}
 	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), r.Body, r.ContentLength); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Name string `json:"name"`
 		Path string `json:"path"`
 	}
-	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
-		return
+	if err := readWrite(w, r, s, &req); err != nil {
+		return err
 	}
 	if err := a.fileManager(s).Mkdir(req.Path, req.Name); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Root  string   `json:"root"`
 		Files []string `json:"files"`
 	}
-	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
-		return
+	if err := readWrite(w, r, s, &req); err != nil {
+		return err
 	}
-	if err := a.fileManager(s).Delete(req.Root, req.Files); err != nil {
-		a.fail(w, r, err)
-		return
+	if err := a.fileManager(s).Delete(r.Context(), req.Root, req.Files); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Root  string        `json:"root"`
 		Files []files.Chmod `json:"files"`
 	}
-	if !decodeJSON(w, r, &req) || !a.writeGuard(w, r, s) {
-		return
+	if err := readWrite(w, r, s, &req); err != nil {
+		return err
 	}
 	if err := a.fileManager(s).ChmodAll(req.Root, req.Files); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // fileJob takes the server's job slot for a file job (compress,
 // decompress, pull): refused while an exclusive job runs, and while the
 // server's files may not be changed.
-func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server) (end func(), ok bool) {
-	if !a.writeGuard(w, r, s) {
-		return nil, false
+func fileJob(s *server.Server) (end func(), err error) {
+	if err := s.CheckFileWrites(); err != nil {
+		return nil, err
 	}
-	end, err := s.BeginJob(server.JobFiles)
-	if err != nil {
-		a.fail(w, r, err)
-		return nil, false
-	}
-	return end, true
+	return s.BeginJob(server.JobFiles)
 }
 
-func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	if !decodeJSON(w, r, &req) {
-		return
+	if err := readJSON(w, r, &req); err != nil {
+		return err
 	}
-	end, ok := a.fileJob(w, r, s)
-	if !ok {
-		return
+	end, err := fileJob(s)
+	if err != nil {
+		return err
 	}
 	defer end()
 	st, err := a.fileManager(s).Compress(r.Context(), req)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
 }
 
-func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	if !decodeJSON(w, r, &req) {
-		return
+	if err := readJSON(w, r, &req); err != nil {
+		return err
 	}
-	end, ok := a.fileJob(w, r, s)
-	if !ok {
-		return
+	end, err := fileJob(s)
+	if err != nil {
+		return err
 	}
 	defer end()
 	res, err := a.fileManager(s).Decompress(r.Context(), req.Root, req.File)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if res.Skipped > 0 {
 		a.Log.Info("decompress skipped entries", "server", s.UUID(), "file", req.File, "skipped", res.Skipped)
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // getSearch is Pelican's recursive name search.
-func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	q := r.URL.Query()
 	out, err := a.fileManager(s).Search(r.Context(), q.Get("directory"), q.Get("pattern"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
 }
