@@ -161,8 +161,10 @@ func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, d
 		Ignore:   s.ignorePatterns(srv, ignore),
 		Level:    archive.ParseLevel(cfg.System.Backups.CompressionLevel),
 		Manifest: true,
-		TempDir:  cfg.System.TmpDirectory,
-		Hash:     sha1.New, // the backend's checksum_type
+		// Restorable by Wings too, for a node switched back (docs/compatibility.md).
+		TreeTrailer: true,
+		TempDir:     cfg.System.TmpDirectory,
+		Hash:        sha1.New, // the backend's checksum_type
 	})
 	if err == nil && durable {
 		err = f.Sync()
