@@ -47,6 +47,7 @@ type SSL struct {
 type System struct {
 	RootDirectory          string         `yaml:"root_directory" json:"root_directory"`
 	LogDirectory           string         `yaml:"log_directory" json:"log_directory"`
+	LogFormat              string         `yaml:"log_format" json:"log_format"` // text | json
 	Data                   string         `yaml:"data" json:"data"`
 	ArchiveDirectory       string         `yaml:"archive_directory" json:"archive_directory"`
 	BackupDirectory        string         `yaml:"backup_directory" json:"backup_directory"`

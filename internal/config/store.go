@@ -64,11 +64,16 @@ func (c *Config) Marshal() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Save writes the configuration to path atomically with mode 0600 (it holds the token).
+// Save writes the configuration to path atomically with mode 0600 (it holds
+// the token). Keys of the file already at path that the configuration does
+// not know (another agent's settings) are kept.
 func (c *Config) Save(path string) error {
 	data, err := c.Marshal()
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(path); err == nil {
+		data = keepUnknown(data, old)
 	}
 	return atomicfile.WriteFile(path, data, 0o600)
 }

@@ -86,6 +86,9 @@ func (c *Config) Validate() error {
 	if c.System.Username == "" {
 		bad("system.username", "is required")
 	}
+	if f := c.System.LogFormat; f != "" && f != "text" && f != "json" {
+		bad("system.log_format", "must be text or json")
+	}
 	if c.System.Timezone != "" {
 		if _, err := time.LoadLocation(c.System.Timezone); err != nil {
 			bad("system.timezone", "is not a known time zone")
