@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"syscall"
 	"time"
+	_ "time/tzdata" // time zones in a container image without /usr/share/zoneinfo
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/configure"
