@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 )
 
@@ -74,6 +75,7 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 	} else {
 		d, err = s.createRemote(ctx, srv, backup, ignore)
 	}
+	metrics.ObserveJob(metrics.Backup, err, d.Size, time.Since(start))
 	status := panel.BackupStatus{ChecksumType: "sha1", Parts: []panel.BackupPart{}}
 	if err != nil {
 		log.Error("backup failed", "error", err)

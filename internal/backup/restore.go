@@ -10,6 +10,7 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/metrics"
 )
 
 // restoreStopWait is how long a restore waits for a running server to stop.
@@ -86,6 +87,7 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
+	metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
 	srv.SetRestoring(false)
 	if err != nil {
 		log.Error("restore failed", "error", err)

@@ -24,6 +24,14 @@ type Config struct {
 	AllowedOrigins           []string    `yaml:"allowed_origins" json:"allowed_origins"`
 	AllowCORSPrivateNetwork  bool        `yaml:"allow_cors_private_network" json:"allow_cors_private_network"`
 	IgnorePanelConfigUpdates bool        `yaml:"ignore_panel_config_updates" json:"ignore_panel_config_updates"`
+	Metrics                  Metrics     `yaml:"metrics" json:"metrics"`
+}
+
+// Metrics configures the Prometheus endpoint. It is off unless
+// bind_address is set, and every scrape needs the bearer token.
+type Metrics struct {
+	BindAddress string `yaml:"bind_address" json:"bind_address"` // host:port; empty = off
+	Token       string `yaml:"token" json:"token"`               // Authorization: Bearer <token>
 }
 
 // API holds the HTTP listener settings.

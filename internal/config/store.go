@@ -223,6 +223,12 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "ignore_panel_config_updates")
 	}
 	next.IgnorePanelConfigUpdates = current.IgnorePanelConfigUpdates
+	// A listener and its credential: the node's own business.
+	if next.Metrics != current.Metrics {
+		kept = append(kept, "metrics")
+	}
+	next.Metrics = current.Metrics
+	str("system.log_format", &ns.LogFormat, cs.LogFormat)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	if ns.Timezone == "" {

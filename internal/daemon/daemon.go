@@ -156,6 +156,10 @@ func Run(ctx context.Context, opts Options) error {
 			func() int { return store.Get().System.ActivitySendCount })
 	})
 
+	if addr := store.Get().Metrics.BindAddress; addr != "" {
+		startMetrics(ctx, &wg, addr, log, store, servers, acts)
+	}
+
 	denylist := tokens.NewDenylist(opts.BootTime)
 	hub := wsapi.NewHub(wsapi.Options{
 		Verifier: verifier,

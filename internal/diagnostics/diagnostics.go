@@ -155,7 +155,7 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 		fmt.Fprintf(b, "(not valid YAML: %v)\n", err)
 		return nil, nil
 	}
-	secrets := []string{c.Token, c.TokenID, c.API.SSL.Key, c.API.SSL.Cert}
+	secrets := []string{c.Token, c.TokenID, c.API.SSL.Key, c.API.SSL.Cert, c.Metrics.Token}
 	shown := c.Clone()
 	redact := func(s *string) {
 		if *s != "" {
@@ -166,6 +166,7 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 	redact(&shown.TokenID)
 	redact(&shown.API.SSL.Cert)
 	redact(&shown.API.SSL.Key)
+	redact(&shown.Metrics.Token)
 	for name, r := range shown.Docker.Registries {
 		secrets = append(secrets, c.Docker.Registries[name].Password)
 		redact(&r.Password)

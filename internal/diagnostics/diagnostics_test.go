@@ -18,11 +18,12 @@ import (
 // too, and checks that none of them is printed while the rest is there.
 func TestReportHasNoSecret(t *testing.T) {
 	const (
-		tokenID  = "tokIdQx81Zp"
-		token    = "nodeTokenS3cretValue-9a8b7c6d5e4f"
-		regPass  = "ghp_registryPassw0rdXYZ"
-		certPath = "/etc/letsencrypt/live/node1.example.com/fullchain.pem"
-		keyPath  = "/etc/letsencrypt/live/node1.example.com/privkey.pem"
+		tokenID    = "tokIdQx81Zp"
+		token      = "nodeTokenS3cretValue-9a8b7c6d5e4f"
+		regPass    = "ghp_registryPassw0rdXYZ"
+		certPath   = "/etc/letsencrypt/live/node1.example.com/fullchain.pem"
+		keyPath    = "/etc/letsencrypt/live/node1.example.com/privkey.pem"
+		metricsTok = "scrape-token-0123456789abcdef"
 	)
 	p := devpanel.New(tokenID, token)
 	panelSrv := httptest.NewServer(p.Handler())
@@ -34,6 +35,7 @@ func TestReportHasNoSecret(t *testing.T) {
 	c.TokenID, c.Token, c.Remote = tokenID, token, panelSrv.URL
 	c.API.SSL = config.SSL{Enabled: true, Cert: certPath, Key: keyPath}
 	c.Docker.Registries = map[string]config.RegistryAuth{"ghcr.io": {Username: "bot", Password: regPass}}
+	c.Metrics = config.Metrics{BindAddress: "127.0.0.1:9101", Token: metricsTok}
 	c.PlaceUnder(dir)
 	for _, d := range []string{c.System.RootDirectory, c.System.Data, c.System.BackupDirectory} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -56,7 +58,7 @@ func TestReportHasNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	report := out.String()
-	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain"} {
+	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok} {
 		if strings.Contains(report, secret) {
 			t.Fatalf("the report prints %q:\n%s", secret, report)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -146,7 +147,9 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
+	start := time.Now()
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
+	defer func() { metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start)) }()
 	if err == nil {
 		// The stopped container is not needed any more (a start re-creates
 		// it), and on a Docker engine shared with the target it would hold
@@ -254,10 +257,12 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		t.finish(err)
 		return err
 	}
+	start := time.Now()
 	s, err := svc.receive(t, id, mr)
 	if err == nil {
 		err = svc.report(id, true)
 	}
+	defer func() { metrics.ObserveJob(metrics.TransferIn, err, 0, time.Since(start)) }()
 	switch {
 	case err == nil:
 	case errors.Is(context.Cause(t.ctx), ErrCancelled):
