@@ -332,8 +332,11 @@ func TestTrailerCorruptAndTruncated(t *testing.T) {
 // TestTrailerSpillsToDisk writes a trailer larger than the in-memory spool.
 func TestTrailerSpillsToDisk(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
-	for i := range 9000 { // 9000 directory headers of 512 bytes: over 4 MiB
-		if err := os.MkdirAll(filepath.Join(src, fmt.Sprintf("d%03d", i%100), fmt.Sprintf("e%04d", i)), 0o755); err != nil {
+	// 3000 directories whose names are long enough for a PAX record:
+	// three 512-byte blocks each, over the 4 MiB kept in memory.
+	long := strings.Repeat("x", 110)
+	for i := range 3000 {
+		if err := os.MkdirAll(filepath.Join(src, fmt.Sprintf("d%03d", i%100), fmt.Sprintf("%s%04d", long, i)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -343,15 +346,32 @@ func TestTrailerSpillsToDisk(t *testing.T) {
 	opts := backupOptions()
 	opts.TempDir = t.TempDir()
 	data, res := writeArchive(t, newFS(t, src), opts)
-	if res.Dirs != 9100 || res.Files != 1 {
+	if res.Dirs != 3100 || res.Files != 1 {
 		t.Fatalf("%+v", res)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := io.Copy(io.Discard, gz); n < spoolMemory+4096 {
+		t.Fatalf("only %d bytes uncompressed: the trailer did not outgrow memory", n)
 	}
 	dst := filepath.Join(t.TempDir(), "srv")
 	xr, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, dst), ExtractOptions{})
-	if err != nil || !xr.Verified || xr.Dirs != 9100 {
+	if err != nil || !xr.Verified || xr.Dirs != 3100 {
 		t.Fatalf("%+v %v", xr, err)
 	}
 	if diff := cmp.Diff(snapshot(t, src), snapshot(t, dst)); diff != "" {
 		t.Fatalf("restored tree differs (-want +got):\n%s", diff)
+	}
+	// GNU tar, reading through gzip, stops at the marker without
+	// complaining about the megabytes that follow it.
+	archive := filepath.Join(t.TempDir(), "b.tar.gz")
+	if err := os.WriteFile(archive, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("tar", "-tzf", archive).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "d000/f" {
+		t.Fatalf("tar -tzf: %v\n%.500s", err, out)
 	}
 }
