@@ -114,14 +114,13 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
 		x.buf = x.buf[:min(len(x.buf), burst)]
 	}
-	var rd streamReader
-	rd.reset(gz)
+	rd := newStreamReader(gz)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
 		}
-		hdr, err := rd.next(gz)
+		hdr, err := rd.next()
 		if (err == io.EOF || hdr != nil) && first {
 			first = false
 			if opts.Ready != nil {
@@ -500,13 +499,12 @@ func Check(ctx context.Context, r io.Reader) error {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer gz.Close()
-	var rd streamReader
-	rd.reset(gz)
+	rd := newStreamReader(gz)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		_, err := rd.next(gz)
+		_, err := rd.next()
 		if err == io.EOF {
 			break
 		}
@@ -524,22 +522,25 @@ func Check(ctx context.Context, r io.Reader) error {
 // then those of the tree trailer that may follow the end-of-archive marker
 // (see the package comment).
 type streamReader struct {
+	r       io.Reader // the decompressed stream
 	tr      *tar.Reader
 	trailer bool // reading the second stream
 	started bool // an entry of the second stream was read
 }
 
-func (s *streamReader) reset(r io.Reader) { s.tr = tar.NewReader(r) }
+func newStreamReader(r io.Reader) *streamReader {
+	return &streamReader{r: r, tr: tar.NewReader(r)}
+}
 
 // next returns the next entry of either stream, io.EOF after the last.
-func (s *streamReader) next(r io.Reader) (*tar.Header, error) {
+func (s *streamReader) next() (*tar.Header, error) {
 	hdr, err := s.tr.Next()
 	if err == io.EOF && !s.trailer {
 		// The tar reader stops exactly after the two zero blocks of the
-		// marker: what follows in r is the trailer, zero padding (GNU
-		// tar pads to its record size) or nothing.
+		// marker: what follows is the trailer, zero padding (GNU tar pads
+		// to its record size) or nothing.
 		s.trailer = true
-		s.reset(r)
+		s.tr = tar.NewReader(s.r)
 		hdr, err = s.tr.Next()
 	}
 	if s.trailer && !s.started {
