@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,19 +72,64 @@ type Result struct {
 
 // hashCounter passes writes through, counting and (when h is set) hashing
 // them.
+//
+// It never returns an error to pgzip: a pgzip.Writer that saw a write error
+// refuses to Close and leaves its output goroutine blocked for ever. The
+// first error is kept instead (failed), everything after it is discarded,
+// and the tar side stops at its next write (stopOnFail).
 type hashCounter struct {
 	w io.Writer
 	h hash.Hash
 	n atomic.Int64 // written by the gzip goroutines, read by Progress
+
+	mu  sync.Mutex
+	err error
 }
 
 func (c *hashCounter) Write(p []byte) (int, error) {
+	if c.failed() != nil {
+		return len(p), nil
+	}
 	n, err := c.w.Write(p)
 	if c.h != nil {
 		c.h.Write(p[:n])
 	}
 	c.n.Add(int64(n))
-	return n, err
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		c.fail(err)
+	}
+	return len(p), nil
+}
+
+// fail records err (the first one wins): nothing more reaches w.
+func (c *hashCounter) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+func (c *hashCounter) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// stopOnFail passes writes on to the compressor until the output failed.
+type stopOnFail struct {
+	w   io.Writer
+	out *hashCounter
+}
+
+func (s stopOnFail) Write(p []byte) (int, error) {
+	if err := s.out.failed(); err != nil {
+		return 0, err
+	}
+	return s.w.Write(p)
 }
 
 // NewIgnore compiles newline-separated gitignore patterns; nil when there
@@ -110,7 +156,8 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	if err := gz.SetConcurrency(gzipBlock, 2*runtime.GOMAXPROCS(0)); err != nil {
 		return Result{}, err
 	}
-	tw := tar.NewWriter(gz)
+	sink := stopOnFail{gz, out}
+	tw := tar.NewWriter(sink)
 	meta := tw // where directories, links and the integrity entry go
 	var trailer *spool
 	if opts.TreeTrailer {
@@ -191,10 +238,17 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		walkErr = tw.Close()
 	}
 	if walkErr == nil && trailer != nil {
-		walkErr = appendTrailer(gz, meta, trailer)
+		walkErr = appendTrailer(sink, meta, trailer)
 	}
+	if walkErr != nil {
+		out.fail(walkErr) // the compressor's last blocks go nowhere
+	}
+	// Close always, even after an error: it ends the compressor's goroutines.
 	if cerr := gz.Close(); walkErr == nil {
 		walkErr = cerr
+	}
+	if walkErr == nil {
+		walkErr = out.failed()
 	}
 	if walkErr != nil {
 		return Result{}, walkErr

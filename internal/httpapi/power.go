@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -105,13 +106,9 @@ func (a *API) getLogs(w http.ResponseWriter, r *http.Request, s *server.Server) 
 
 func (a *API) postInstall(reinstall bool) serverHandler {
 	return func(w http.ResponseWriter, r *http.Request, s *server.Server) error {
-		if s.IsInstalling() {
-			return server.ErrInstalling
-		}
-		if err := s.CheckPower(server.PowerStop); err != nil {
+		if err := s.InstallAsync(reinstall); err != nil {
 			return err
 		}
-		s.InstallAsync(reinstall)
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	}
@@ -143,7 +140,7 @@ func (a *API) postServers(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		return errBadUUID
 	}
 	if _, err := a.Servers.Create(r.Context(), req.UUID, req.StartOnCompletion); err != nil {

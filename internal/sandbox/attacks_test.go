@@ -122,8 +122,8 @@ func operations(fx *fixture) []op {
 		{"copy-to", func(f *FS, n string) (string, error) { return "", f.Copy("top.txt", n) }},
 		{"remove", func(f *FS, n string) (string, error) { return "", f.Remove(n) }},
 		{"remove-child", func(f *FS, n string) (string, error) { return "", f.Remove(n + "/secret.txt") }},
-		{"removeall", func(f *FS, n string) (string, error) { return "", f.RemoveAll(n) }},
-		{"removeall-child", func(f *FS, n string) (string, error) { return "", f.RemoveAll(n + "/sub") }},
+		{"removeall", func(f *FS, n string) (string, error) { return "", f.RemoveAll(context.Background(), n) }},
+		{"removeall-child", func(f *FS, n string) (string, error) { return "", f.RemoveAll(context.Background(), n+"/sub") }},
 		{"chmod", func(f *FS, n string) (string, error) { return "", f.Chmod(n, 0o777) }},
 		{"chown", func(f *FS, n string) (string, error) { return "", f.Chown(n, 4242, 4242) }},
 		{"lchown", func(f *FS, n string) (string, error) { return "", f.Lchown(n, 4242, 4242) }},
@@ -275,7 +275,7 @@ func TestF4DeleteThroughLink(t *testing.T) {
 	if !errors.Is(errExisting, ErrOutsideRoot) || !errors.Is(errMissing, ErrOutsideRoot) {
 		t.Fatalf("remove through link: existing=%v missing=%v, want ErrOutsideRoot for both", errExisting, errMissing)
 	}
-	if err := fx.fs.RemoveAll("dirlink/sub"); !errors.Is(err, ErrOutsideRoot) {
+	if err := fx.fs.RemoveAll(context.Background(), "dirlink/sub"); !errors.Is(err, ErrOutsideRoot) {
 		t.Fatalf("RemoveAll(dirlink/sub) = %v", err)
 	}
 	fx.assertOutsideUnchanged(t, before)
@@ -285,7 +285,7 @@ func TestF4DeleteThroughLink(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"reldirlink/", "relfilelink"} {
-		if err := fx.fs.RemoveAll(n); err != nil {
+		if err := fx.fs.RemoveAll(context.Background(), n); err != nil {
 			t.Fatalf("RemoveAll(%q) = %v", n, err)
 		}
 		if _, err := os.Lstat(filepath.Join(fx.root, strings.TrimSuffix(n, "/"))); !errors.Is(err, fs.ErrNotExist) {
@@ -514,7 +514,7 @@ func TestF7DenylistEveryOperation(t *testing.T) {
 			"copy-from":   f.Copy(n, "copy"),
 			"copy-to":     f.Copy("ok.txt", n),
 			"remove":      f.Remove(n),
-			"removeall":   f.RemoveAll(n),
+			"removeall":   f.RemoveAll(context.Background(), n),
 			"chmod":       f.Chmod(n, 0o600),
 			"chown":       f.Lchown(n, 1, 1),
 			"chtimes":     f.Chtimes(n, t0, t0),

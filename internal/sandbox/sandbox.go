@@ -622,32 +622,47 @@ func (f *FS) Remove(name string) error {
 // RemoveAll removes name and everything below it; a symbolic link is
 // removed as a link. A missing name is not an error. RemoveAll of the root
 // ("/" or "") empties the root and keeps the directory. The denylist is
-// checked on name only, not on what lies below it.
-func (f *FS) RemoveAll(name string) error {
+// checked on name only, not on what lies below it. ctx is checked before
+// each entry: a cancelled removal stops with ctx.Err() and leaves part of
+// the tree (what was removed is released from the usage).
+func (f *FS) RemoveAll(ctx context.Context, name string) error {
 	const op = "remove"
 	rel, err := f.allowed(op, name)
 	if err != nil {
 		return err
 	}
 	if rel == "." {
-		entries, err := f.ReadDir(".")
+		freed, err := removeChildren(ctx, f.s.root)
 		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := f.s.root.RemoveAll(e.Name()); err != nil {
-				return wrap(op, e.Name(), err)
-			}
+			f.s.release(freed)
+			return wrapRemove(rel, err)
 		}
 		f.s.used.Store(0)
 		return nil
 	}
-	size, _ := f.s.du(context.Background(), rel)
-	if err := f.s.root.RemoveAll(rel); err != nil {
-		return wrap(op, rel, err)
+	dir, base := split(rel)
+	parent := f.s.root
+	if dir != "." {
+		parent, err = f.s.root.OpenRoot(dir)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil
+		}
+		if err != nil {
+			return wrap(op, rel, err)
+		}
+		defer parent.Close()
 	}
-	f.s.release(size)
-	return nil
+	freed, err := removeTree(ctx, parent, base)
+	f.s.release(freed)
+	return wrapRemove(rel, err)
+}
+
+// wrapRemove is wrap for RemoveAll, keeping a context's error as it is.
+func wrapRemove(rel string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return wrap("remove", rel, err)
 }
 
 // Chmod changes the permission bits of name (following in-root links; a

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -179,4 +181,94 @@ func (s *state) du(ctx context.Context, rel string) (int64, error) {
 		return nil
 	})
 	return total, err
+}
+
+// removeTree removes the entry base of the directory parent and, for a
+// directory, everything below it, never following a symbolic link. It
+// checks ctx before each entry and returns the apparent size of the
+// regular files it removed that had no other hard link (for the usage).
+func removeTree(ctx context.Context, parent *os.Root, base string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	fi, err := parent.Lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !fi.IsDir() {
+		if err := parent.Remove(base); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		if fi.Mode().IsRegular() && nlink(fi) <= 1 {
+			return fi.Size(), nil
+		}
+		return 0, nil
+	}
+	var freed int64
+	// A directory that gains entries while it is emptied (a process still
+	// writing) is emptied again, a bounded number of times.
+	for range 3 {
+		n, err := emptyDir(ctx, parent, base, fi)
+		freed += n
+		if err != nil {
+			return freed, err
+		}
+		err = parent.Remove(base)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return freed, nil
+		}
+		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			return freed, err
+		}
+	}
+	return freed, parent.Remove(base)
+}
+
+// emptyDir removes everything inside the directory base of parent, after
+// checking that what it opened is the directory that was lstat-ed (want):
+// a directory swapped for a link is not emptied.
+func emptyDir(ctx context.Context, parent *os.Root, base string, want fs.FileInfo) (int64, error) {
+	sub, err := parent.OpenRoot(base)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	got, err := sub.Stat(".")
+	if err != nil {
+		return 0, err
+	}
+	if !sameFile(want, got) {
+		return 0, ErrOutsideRoot
+	}
+	return removeChildren(ctx, sub)
+}
+
+// removeChildren removes every entry of the directory dir (the root it
+// was opened as stays).
+func removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	var freed int64
+	for {
+		names, rerr := d.Readdirnames(512)
+		for _, name := range names {
+			n, err := removeTree(ctx, dir, name)
+			freed += n
+			if err != nil {
+				return freed, err
+			}
+		}
+		if rerr == io.EOF {
+			return freed, nil
+		}
+		if rerr != nil {
+			return freed, rerr
+		}
+	}
 }
