@@ -19,6 +19,7 @@ func Defaults() *Config {
 		System: System{
 			RootDirectory:          "/var/lib/service",
 			LogDirectory:           "/var/log/service",
+			LogFormat:              "text",
 			Data:                   "/var/lib/service/volumes",
 			ArchiveDirectory:       "/var/lib/service/archives",
 			BackupDirectory:        "/var/lib/service/backups",

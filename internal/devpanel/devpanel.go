@@ -56,6 +56,7 @@ type Panel struct {
 	// BackupUploadURLs answers GET /backups/{uuid}?size=; nil answers 404.
 	backupURLs func(backup string, size int64) (parts []string, partSize int64, err error)
 	failNext   map[string]int // path prefix -> number of 500 answers to give
+	app        application
 }
 
 // New returns a panel that accepts the node credentials tokenID.token.
@@ -218,6 +219,10 @@ func (p *Panel) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 		p.record(r, body)
+		if strings.HasPrefix(r.URL.Path, "/api/application/") {
+			p.serveApplication(w, r)
+			return
+		}
 		if r.Header.Get("Authorization") != "Bearer "+p.tokenID+"."+p.token {
 			writeErr(w, http.StatusForbidden, "AccessDeniedHttpException", "This action is unauthorized.")
 			return

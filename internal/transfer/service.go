@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -155,7 +156,9 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
+	start := time.Now()
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
+	defer func() { metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start)) }()
 	if err == nil {
 		// The stopped container is not needed any more (a start re-creates
 		// it), and on a Docker engine shared with the target it would hold
@@ -264,6 +267,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		t.finish(err)
 		return err
 	}
+	start := time.Now()
 	s, end, err := svc.receive(t, id, mr)
 	if end != nil {
 		defer end()
@@ -271,6 +275,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 	if err == nil {
 		err = svc.report(id, true)
 	}
+	defer func() { metrics.ObserveJob(metrics.TransferIn, err, 0, time.Since(start)) }()
 	switch {
 	case err == nil:
 	case errors.Is(context.Cause(t.ctx), ErrCancelled):
