@@ -159,8 +159,8 @@ func Run(ctx context.Context, opts Options) error {
 		Log:      log,
 		// One full console throttle window fits in a socket's queue, so a
 		// flood that the throttle lets through (and its notice) reaches
-		// every client that keeps reading.
-		QueueSize: max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256),
+		// every client that keeps reading. Read live: /api/update applies.
+		QueueSize: func() int { return max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256) },
 	})
 	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
 	// them with 1012 before the servers stop.
