@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,9 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/client"
-
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
 // Redacted replaces every secret in the report.
@@ -119,27 +119,23 @@ func osName() string {
 }
 
 func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
-	cli, err := client.NewClientWithOpts(opts...)
-	if err != nil {
-		fmt.Fprintf(b, "(no client: %v)\n", err)
-		return
-	}
-	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	info, err := cli.Info(ctx)
+	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
 		return
 	}
-	fmt.Fprintf(b, "engine:         %s (API %s)\n", info.ServerVersion, cli.ClientVersion())
-	fmt.Fprintf(b, "storage driver: %s\n", info.Driver)
+	defer rt.Close()
+	info, err := rt.EngineInfo(ctx)
+	if err != nil {
+		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
+		return
+	}
+	fmt.Fprintf(b, "engine:         %s (API %s)\n", info.Version, info.APIVersion)
+	fmt.Fprintf(b, "storage driver: %s\n", info.StorageDriver)
 	fmt.Fprintf(b, "cgroup:         v%s, driver %s\n", info.CgroupVersion, info.CgroupDriver)
-	fmt.Fprintf(b, "containers:     %d (%d running)\n", info.Containers, info.ContainersRunning)
+	fmt.Fprintf(b, "containers:     %d (%d running)\n", info.Containers, info.Running)
 }
 
 // configuration prints the configuration with its secrets replaced and
