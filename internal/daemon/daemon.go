@@ -23,6 +23,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
@@ -116,6 +117,11 @@ func Run(ctx context.Context, opts Options) error {
 	defer transfers.Close()
 	transfers.CleanupStale(ctx)
 
+	// Remote downloads of the file manager; they end before the servers.
+	pullCfg := store.Get().API.RemoteDownload
+	pulls := pull.New(nodeCtx, pull.Options{MaxRedirects: pullCfg.MaxRedirects, AllowLoopback: pullCfg.AllowLoopback, Log: log})
+	defer pulls.Close()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -164,7 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
 		Tokens: verifier, OneTime: oneTime, Transfers: transfers,
 		Version: opts.Version, BootTime: opts.BootTime,
-		Denylist: denylist, Websockets: hub, Activity: acts,
+		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)

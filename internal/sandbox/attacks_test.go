@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -342,11 +343,18 @@ func TestF5InRootLinksKeepWorking(t *testing.T) {
 	if es, err := f.ReadDir("goodlink/"); err != nil || len(es) == 0 {
 		t.Fatalf("list via goodlink: %v %v", es, err)
 	}
-	if err := f.Chmod("goodfilelink", 0o600); err != nil {
+	// Chmod never follows a final link, even one that stays inside.
+	if err := f.Chmod("goodfilelink", 0o600); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("chmod of an in-root link = %v, want ErrInvalid", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(fx.root, "inside", "file.txt")); fi.Mode().Perm() == 0o600 {
+		t.Fatalf("chmod followed an in-root link: %v", fi.Mode())
+	}
+	if err := f.Chmod("goodlink/file.txt", 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(filepath.Join(fx.root, "inside", "file.txt")); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("chmod via in-root link: %v", fi.Mode())
+		t.Fatalf("chmod below an in-root directory link: %v", fi.Mode())
 	}
 	if fi, err := f.Stat("goodlink/."); err != nil || !fi.IsDir() {
 		t.Fatalf("stat goodlink/.: %v %v", fi, err)
@@ -363,7 +371,7 @@ func TestF6ChmodChownChtimesDoNotFollow(t *testing.T) {
 	fx := newFixture(t)
 	before := fx.snapshot(t)
 	for _, n := range []string{"filelink", "dirlink", "dirlink/secret.txt", "relfilelink"} {
-		if err := fx.fs.Chmod(n, 0o777); !errors.Is(err, ErrOutsideRoot) {
+		if err := fx.fs.Chmod(n, 0o777); !errors.Is(err, ErrOutsideRoot) && !errors.Is(err, ErrInvalid) {
 			t.Errorf("Chmod(%q) = %v", n, err)
 		}
 		if err := fx.fs.Chown(n, 1234, 1234); !errors.Is(err, ErrOutsideRoot) {
@@ -688,4 +696,53 @@ func TestOpenEntryStaysInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// ReadHead reads the entry itself: a link (even one swapped in for a file)
+// is not followed, and a FIFO does not block.
+func TestReadHeadNeverFollowsOrBlocks(t *testing.T) {
+	fx := newFixture(t)
+	if err := syscall.Mkfifo(filepath.Join(fx.root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.root, "plain.txt"), []byte("plain head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	seen := map[string]bool{}
+	err := fx.fs.Walk(".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && rel != "." {
+			return fs.SkipDir
+		}
+		switch rel {
+		case "plain.txt":
+			n, err := fx.fs.ReadHead(rel, d, buf)
+			if err != nil || string(buf[:n]) != "plain head" {
+				t.Errorf("plain: %q %v", buf[:n], err)
+			}
+		case "filelink", "fifo":
+			if rel == "filelink" {
+				// swap: whatever it was listed as, it is a link now
+				if n, err := fx.fs.ReadHead(rel, d, buf); err == nil {
+					t.Errorf("ReadHead(filelink) read %q through the link", buf[:n])
+				}
+			} else {
+				done := make(chan struct{})
+				go func() { _, _ = fx.fs.ReadHead(rel, d, buf); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("ReadHead blocked on a FIFO")
+				}
+			}
+		}
+		seen[rel] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !seen["plain.txt"] || !seen["filelink"] || !seen["fifo"] {
+		t.Fatalf("walk saw %v", seen)
+	}
 }

@@ -1,5 +1,5 @@
 // Package server is the server domain: one Server per game server on this
-// node (state machine, flags, power lock, console, resource usage, install,
+// node (state machine, job slot, power lock, console, resource usage, install,
 // sync, crash detection) and the Manager that holds them.
 package server
 
