@@ -57,6 +57,7 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/transfer", authBearer, a.withServer(a.postTransfer)},
 		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
 		{"POST /api/transfers", authSigned, http.HandlerFunc(a.postTransfers)},
+		{"GET /api/transfers", authSigned, http.HandlerFunc(a.getTransfers)},
 		{"DELETE /api/transfers/{server}", authBearer, http.HandlerFunc(a.deleteIncomingTransfer)},
 	}
 }

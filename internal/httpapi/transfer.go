@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"bufio"
+	"encoding/json"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +58,29 @@ func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// getTransfers answers a source's question before a transfer: the live
+// transfers this node speaks (docs/live-transfers.md). A node with live
+// transfers off answers 404, as a node that never heard of them would.
+// The transfer JWT is checked as for the POST, without using it up.
+func (a *API) getTransfers(w http.ResponseWriter, r *http.Request) {
+	if a.Transfers == nil || !a.Transfers.LiveEnabled() {
+		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
+		return
+	}
+	scheme, raw, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || scheme != "Bearer" || raw == "" {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
+		return
+	}
+	if _, err := a.Tokens.Transfer(raw); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(transfer.LiveOffer())
+}
+
 // postTransfers receives a server from a source node. The transfer JWT is
 // in "Authorization: Bearer"; only a transfer-purpose token is accepted.
 func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) {
@@ -73,6 +98,10 @@ func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) {
 	liftBodyDeadline(w)
 	if _, busy := a.Transfers.Incoming.Get(claims.ServerUUID); busy {
 		a.fail(w, r, transfer.ErrInProgress)
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == transfer.LiveContentType && a.Transfers.LiveEnabled() {
+		a.postLiveTransfer(w, r, claims.ServerUUID)
 		return
 	}
 	mr, err := multipartReader(r)
@@ -98,4 +127,19 @@ func multipartReader(r *http.Request) (*multipart.Reader, error) {
 		return nil, http.ErrNotMultipart
 	}
 	return multipart.NewReader(bufio.NewReaderSize(r.Body, 1<<20), params["boundary"]), nil
+}
+
+// postLiveTransfer receives a live stream (the source asked first).
+func (a *API) postLiveTransfer(w http.ResponseWriter, r *http.Request, id string) {
+	if r.Header.Get(transfer.LiveVersionHeader) != strconv.Itoa(transfer.LiveVersion) {
+		writeError(w, r, http.StatusBadRequest, "Unsupported live transfer version.")
+		return
+	}
+	rc := http.NewResponseController(w)
+	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
+	if err := a.Transfers.ReceiveLive(r.Context(), id, r.Body, unblock); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }

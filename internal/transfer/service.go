@@ -146,6 +146,13 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
+	if svc.opts.Config.Get().System.Transfers.Live {
+		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
+			svc.runLive(t, s, url, token, offer, tl)
+			return
+		}
+		log.Info("the target does not speak live transfers: classic transfer")
+	}
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
 	if err == nil {
 		// The stopped container is not needed any more (a start re-creates
@@ -231,6 +238,12 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl 
 // created here is removed and the backend is told. unblock, when set, is
 // called on a cancel to break a read that waits on the network.
 func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader, unblock func()) error {
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error { return svc.fill(t, s, mr) })
+}
+
+// receiveWith runs an incoming transfer whose files fill writes (from a
+// classic form or a live stream).
+func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), fill func(*Transfer, *server.Server) error) error {
 	t := newTransfer(ctx, id, nil)
 	if err := svc.Incoming.add(t); err != nil {
 		return err
@@ -254,7 +267,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		t.finish(err)
 		return err
 	}
-	s, err := svc.receive(t, id, mr)
+	s, err := svc.receive(t, id, fill)
 	if err == nil {
 		err = svc.report(id, true)
 	}
@@ -290,7 +303,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 	return nil
 }
 
-func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (*server.Server, error) {
+func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Server) error) (*server.Server, error) {
 	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("fetching the server configuration: %w", err)
@@ -312,7 +325,7 @@ func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (*serv
 	if !t.setStatus(Processing) {
 		return s, context.Cause(t.ctx)
 	}
-	return s, svc.fill(t, s, mr)
+	return s, fill(t, s)
 }
 
 // fill extracts the archive into the registered server and creates its container.
