@@ -76,8 +76,8 @@ func changeWhileOnline(t *testing.T, dir string) {
 // ends with the tree as it was when the server stopped.
 func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	const id = "7b000001-0000-4000-8000-000000000001"
-	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(2))
-	fill(t, c.Source, id, 16<<20)
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(4))
+	fill(t, c.Source, id, 48<<20)
 	c.Source.power(id, "start")
 	c.Source.waitLog(id, "Done (")
 
@@ -165,7 +165,7 @@ func (c *cluster) waitPhase(id string, phase int) {
 // bigChange makes the final pass last a few seconds at the target's 1 MiB/s.
 func bigChange(t *testing.T, dir string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, "big-change.dat"), randomish(12<<20), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "big-change.dat"), randomish(16<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -203,8 +203,8 @@ func TestLiveTransferFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := tc.id
-			c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(1))
-			fill(t, c.Source, id, 12<<20)
+			c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(2))
+			fill(t, c.Source, id, 32<<20)
 			c.Source.power(id, "start")
 			c.Source.waitLog(id, "Done (")
 			c.startTransfer(id)

@@ -514,17 +514,19 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 		err = context.Cause(t.ctx)
 	}
 	if err != nil {
-		_ = svc.report(t.server, false)
+		rerr := svc.report(t.server, false)
 		svc.unmark(svc.outgoingDir(), t.server)
 		s.SetTransferring(false)
 		svc.Outgoing.remove(t)
-		// Once the whole stream is out, only an answer from the target says
-		// it failed: without one, it may have registered the server (and
-		// told the backend) before the connection broke, and starting the
-		// server here too would run it twice. It then stays stopped, as
+		// Once the whole stream is out, the target may have registered the
+		// server (and told the backend) before the connection broke:
+		// starting it here too would run it twice. The target did not
+		// succeed when it answered an error, when this side cancelled, or
+		// when the backend accepted this failure (the panels refuse it once
+		// the transfer has ended). Otherwise the server stays stopped, as
 		// after a failed classic transfer.
 		var serr *StatusError
-		certain := !run.sentAll.Load() || errors.As(err, &serr)
+		certain := !run.sentAll.Load() || errors.As(err, &serr) || errors.Is(err, ErrCancelled) || rerr == nil
 		switch t.finish(err) {
 		case Cancelled:
 			tl.msg("Transfer cancelled.")
