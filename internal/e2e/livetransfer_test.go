@@ -203,8 +203,13 @@ func TestLiveTransferFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := tc.id
-			c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(2))
-			fill(t, c.Source, id, 32<<20)
+			// Uncompressed, so that the bytes in flight (in buffers) stay
+			// well below the tree.
+			c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
+				liveNodes(2)(name, cfg)
+				cfg.System.Transfers.Compression = "none"
+			})
+			fill(t, c.Source, id, 40<<20)
 			c.Source.power(id, "start")
 			c.Source.waitLog(id, "Done (")
 			c.startTransfer(id)

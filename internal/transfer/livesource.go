@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -558,7 +557,7 @@ func (svc *Service) restartAfterFailure(s *server.Server, tl transferLog, log in
 }) {
 	const msg = "The transfer failed after the server was stopped: starting the server again on this node."
 	tl.msg(msg)
-	s.Publish(events.New(events.DaemonMessage, msg))
+	s.DaemonMessage(msg)
 	if err := s.Power(svc.ctx, server.PowerStart, svc.opts.StopWait); err != nil {
 		log.Warn("could not start the server again after a failed transfer", "error", err)
 		return
