@@ -34,7 +34,7 @@ func liveRoundTripHook(t *testing.T, src, dst, mode string, change func(), onPas
 			if err != nil {
 				return err
 			}
-			sender.rw = &recWriter{w: cw}
+			sender.rw, sender.cw = &recWriter{w: cw}, cw
 			err = func() error {
 				tr, err := sender.scan()
 				if err != nil {

@@ -103,6 +103,7 @@ type liveSender struct {
 	ctx   context.Context
 	src   *sandbox.FS
 	rw    *recWriter
+	cw    *chunkWriter
 	index map[string]*liveEntry
 	buf   []byte
 	sent  atomic.Int64 // file bytes sent
@@ -362,7 +363,7 @@ type liveRun struct {
 }
 
 // streamLive runs the passes and the final phase over one POST to the
-// target. stop stops the server (called once, before the final pass).
+// target.
 func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compression string, run *liveRun, tl transferLog) error {
 	ctx := t.ctx
 	total := s.Utilization().DiskBytes
@@ -372,12 +373,16 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 		}
 	}
 	pr, pw := io.Pipe()
-	ls := &liveSender{ctx: ctx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, buf: make([]byte, 256<<10)}
+	// The passes end as soon as the target answers (it only answers early
+	// to refuse): never stop the server for a transfer that is over.
+	passCtx, passCancel := context.WithCancelCause(ctx)
+	defer passCancel(nil)
+	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, buf: make([]byte, 256<<10)}
 	cw, err := newChunkWriter(pw, compression)
 	if err != nil {
 		return err
 	}
-	ls.rw = &recWriter{w: cw}
+	ls.rw, ls.cw = &recWriter{w: cw}, cw
 	stopProgress := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -416,9 +421,10 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 	req.Header.Set("Content-Type", LiveContentType)
 	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
 	res, err := svc.opts.Client.Do(req)
+	passCancel(errAnswered)
 	if err != nil {
 		pr.CloseWithError(err)
-		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && ctx.Err() == nil && !errors.Is(werr, err) {
+		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && !errors.Is(werr, errAnswered) && ctx.Err() == nil && !errors.Is(werr, err) {
 			return fmt.Errorf("%w (while writing the stream: %v)", err, werr)
 		}
 		return err
@@ -473,12 +479,23 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 		}
 		tl.msg(fmt.Sprintf("Pass %d done; %s changed meanwhile: sending the changes while the server stays online.", pass, humanBytes(left)))
 	}
+	// Whatever the target answered meanwhile ends the transfer here, with
+	// the server still running.
+	if err := ls.cw.broken(); err != nil {
+		return err
+	}
+	if err := ls.ctx.Err(); err != nil {
+		return context.Cause(ls.ctx)
+	}
 	tl.msg("Stopping the server to send the last changes...")
-	if err := s.StopForJob(ls.ctx, svc.opts.StopWait); err != nil {
+	// A stop once begun runs to its end (StopWait bounds it), whatever
+	// happens to the transfer meanwhile: a failure then finds the server
+	// stopped, never half-way, and starts it again.
+	run.stopped.Store(true)
+	if err := s.StopForJob(context.WithoutCancel(ls.ctx), svc.opts.StopWait); err != nil {
 		return err
 	}
 	run.stoppedAt.Store(time.Now().UnixNano())
-	run.stopped.Store(true)
 	// As in the classic transfer: the stopped container is not needed (a
 	// start re-creates it) and would hold the name the target's needs on
 	// a shared engine.

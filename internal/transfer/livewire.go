@@ -102,6 +102,16 @@ type chunkWriter struct {
 	chunks  atomic.Int64
 	once    sync.Once
 	err     error
+	failed  atomic.Pointer[error] // the sender's write error, seen by Write
+}
+
+// broken returns the error that stopped the sender, if any: the target
+// answered or the connection broke, so nothing more can reach it.
+func (c *chunkWriter) broken() error {
+	if p := c.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func newChunkWriter(w io.Writer, mode string) (*chunkWriter, error) {
@@ -139,12 +149,18 @@ func (c *chunkWriter) send(w io.Writer) {
 		if err == nil {
 			_, err = w.Write(b)
 			c.sent.Add(int64(len(b)))
+			if err != nil {
+				c.failed.Store(&err)
+			}
 		}
 	}
 	c.done <- err
 }
 
 func (c *chunkWriter) Write(p []byte) (int, error) {
+	if err := c.broken(); err != nil {
+		return 0, err
+	}
 	n := len(p)
 	for len(p) > 0 {
 		k := min(len(p), chunkSize-len(c.buf))
