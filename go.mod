@@ -21,6 +21,7 @@ require (
 
 require (
 	github.com/coder/websocket v1.8.15
+	github.com/klauspost/compress v1.20.3
 	github.com/klauspost/readahead v1.4.0
 )
 
@@ -34,7 +35,6 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.1 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.20.1 // indirect
 	github.com/aws/smithy-go v1.28.1 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
 )
 
 require (
