@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,6 +45,7 @@ func BenchmarkLiveTransferDowntime(b *testing.B) {
 	}
 	testimages.RequireDocker(b)
 	testimages.GameServer(context.Background(), b)
+	b.StopTimer() // timed: the transfers only
 	var liveOff, liveTotal, classicOff, classicTotal float64
 	for i := 0; i < b.N; i++ {
 		for k := range 2 {
@@ -140,21 +142,32 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	b.StartTimer()
 	start := time.Now()
 	api("POST", "/api/servers/"+id+"/transfer", map[string]string{"url": target + "/api/transfers", "token": "Bearer " + jwt})
-	// The writer stops with the server: a stopped game writes nothing.
-	rx := regexp.MustCompile(`Stopping the server to send the last changes|Preparing to stream`)
-	go func() {
-		for !rx.MatchString(srcLog.String()) || (live && !regexp.MustCompile(`Stopping the server`).MatchString(srcLog.String())) {
-			time.Sleep(20 * time.Millisecond)
+	// The writer stops with the server (a stopped game writes nothing);
+	// the classic transfer's offline time starts once the server is down,
+	// when the source starts streaming, as the live one's does.
+	stopping := regexp.MustCompile(`Preparing to stream`)
+	if live {
+		stopping = regexp.MustCompile(`Stopping the server to send the last changes`)
+	}
+	down := make(chan time.Time, 1)
+	wg.Go(func() {
+		for !stopping.MatchString(srcLog.String()) {
+			time.Sleep(10 * time.Millisecond)
 		}
 		close(stop)
-	}()
+		for !live && !strings.Contains(srcLog.String(), "Streaming archive to destination...") {
+			time.Sleep(10 * time.Millisecond)
+		}
+		down <- time.Now()
+	})
 	if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 20*time.Minute); !ok {
 		b.Fatalf("no success reported\n%s", srcLog.String())
 	}
-	total = time.Since(start).Seconds()
+	end := time.Now()
+	total = end.Sub(start).Seconds()
 	b.StopTimer()
 	wg.Wait()
-	offline = total
+	offline = end.Sub(<-down).Seconds()
 	if live {
 		m := regexp.MustCompile(`offline_ms=(\d+)`)
 		for deadline := time.Now().Add(30 * time.Second); ; {
