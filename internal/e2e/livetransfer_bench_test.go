@@ -183,6 +183,13 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 		}
 	}
 	b.Logf("run %d live=%v: offline %.2f s, total %.1f s", run, live, offline, total)
+	if os.Getenv("WHARF_BENCH_VERBOSE") != "" {
+		for _, l := range strings.Split(srcLog.String(), "\n") {
+			if !strings.Contains(l, "http request") {
+				b.Log(l)
+			}
+		}
+	}
 	_ = src
 	_ = os.RemoveAll(dir)
 	_ = os.RemoveAll(filepath.Join(tgtData, id))

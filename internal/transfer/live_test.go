@@ -21,8 +21,12 @@ func liveRoundTrip(t *testing.T, src, dst, mode string, change func()) error {
 	return liveRoundTripHook(t, src, dst, mode, change, func(uint64, byte) {})
 }
 
+func liveRoundTripB(b *testing.B, src, dst, mode string) error {
+	return liveRoundTripHook(b, src, dst, mode, func() {}, func(uint64, byte) {})
+}
+
 // liveRoundTripHook also calls onPass as the target reads each pass record.
-func liveRoundTripHook(t *testing.T, src, dst, mode string, change func(), onPass func(uint64, byte)) error {
+func liveRoundTripHook(t testing.TB, src, dst, mode string, change func(), onPass func(uint64, byte)) error {
 	t.Helper()
 	ctx := context.Background()
 	pr, pw := io.Pipe()
@@ -66,7 +70,7 @@ func liveRoundTripHook(t *testing.T, src, dst, mode string, change func(), onPas
 	}
 	defer cr.Close()
 	a := &applier{ctx: ctx, dst: tree.Open(t, dst), r: recReader{cr}, h: sha256.New(), buf: make([]byte, 64<<10),
-		sums: map[string]fileSum{}, man: map[string]*manEntry{}, log: onPass}
+		sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{}, log: onPass}
 	aerr := a.run()
 	pr.CloseWithError(errors.New("reader done"))
 	if serr := <-done; serr != nil && aerr == nil {
@@ -137,7 +141,7 @@ func TestLiveManifestRefusesAnExtraFile(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

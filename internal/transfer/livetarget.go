@@ -39,7 +39,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 	defer cr.Close()
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: sha256.New(),
-		buf: make([]byte, 256<<10), sums: map[string]fileSum{}, man: map[string]*manEntry{},
+		buf: make([]byte, 256<<10), sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -92,6 +92,7 @@ type applier struct {
 	man     map[string]*manEntry
 	final   bool
 	started bool
+	dirs    map[string]bool // directories known to exist
 	log     func(pass uint64, phase byte)
 }
 
@@ -148,6 +149,7 @@ func (a *applier) record(kind byte) error {
 			if err := a.dst.RemoveAll("."); err != nil {
 				return err
 			}
+			clear(a.dirs)
 			a.started = true
 		}
 		a.final = phase == phaseFinal
@@ -235,30 +237,38 @@ func (a *applier) head() (rel string, mode fs.FileMode, mtime int64, err error) 
 	return
 }
 
-// parents makes rel's parent directories, replacing a file or link in the way.
+// parents makes rel's parent directories, replacing a file or link in the
+// way. Directories known to exist are not looked at again.
 func (a *applier) parents(rel string) error {
 	dir := path.Dir(rel)
-	if dir == "." {
-		return nil
-	}
-	if fi, err := a.dst.Lstat(dir); err == nil && fi.IsDir() {
+	if dir == "." || a.dirs[dir] {
 		return nil
 	}
 	parts := strings.Split(dir, "/")
 	for i := range parts {
 		p := strings.Join(parts[:i+1], "/")
-		fi, err := a.dst.Lstat(p)
-		if err == nil && fi.IsDir() {
+		if a.dirs[p] {
 			continue
 		}
-		if err == nil {
-			if err := a.remove(p); err != nil {
-				return err
+		err := a.dst.Mkdir(p, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			fi, lerr := a.dst.Lstat(p)
+			if lerr != nil {
+				return lerr
+			}
+			if !fi.IsDir() {
+				if err := a.remove(p); err != nil {
+					return err
+				}
+				err = a.dst.Mkdir(p, 0o755)
+			} else {
+				err = nil
 			}
 		}
-		if err := a.dst.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err != nil {
 			return err
 		}
+		a.dirs[p] = true
 	}
 	return nil
 }
@@ -296,21 +306,29 @@ func (a *applier) remove(rel string) error {
 				delete(a.sums, p)
 			}
 		}
+		clear(a.dirs)
 	}
 	return nil
 }
 
 func (a *applier) dir(rel string, mode fs.FileMode, mtime int64) error {
+	if a.dirs[rel] {
+		return nil
+	}
 	if err := a.parents(rel); err != nil {
 		return err
 	}
-	existed, err := a.clear(rel, 'd')
-	if err != nil || existed {
+	err := a.dst.Mkdir(rel, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		var existed bool
+		if existed, err = a.clear(rel, 'd'); err == nil && !existed {
+			err = a.dst.Mkdir(rel, 0o755)
+		}
+	}
+	if err != nil {
 		return err
 	}
-	if err := a.dst.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
+	a.dirs[rel] = true
 	_ = a.dst.Chmod(rel, mode)
 	return nil
 }
@@ -334,12 +352,17 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 	if err := a.parents(rel); err != nil {
 		return err
 	}
-	existed, err := a.clear(rel, 'f')
-	if err != nil {
-		return err
-	}
 	delete(a.sums, rel)
-	f, err := a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	// A new file is created exclusively; only something in the way is
+	// looked at (a directory or link removed, a file truncated).
+	existed := false
+	f, err := a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if errors.Is(err, fs.ErrExist) {
+		if existed, err = a.clear(rel, 'f'); err != nil {
+			return err
+		}
+		f, err = a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	}
 	if err != nil {
 		return err
 	}
@@ -348,11 +371,11 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && (existed || mode == 0) {
+	if err == nil && existed {
 		err = a.dst.Chmod(rel, mode)
 	}
 	if err == nil {
-		// In nanoseconds (a descriptor's SetTimes keeps microseconds only).
+		// By name, in nanoseconds (a descriptor's SetTimes keeps microseconds).
 		t := time.Unix(0, mtime)
 		err = a.dst.Lchtimes(rel, t, t)
 	}

@@ -116,7 +116,7 @@ func (c *chunkWriter) broken() error {
 
 func newChunkWriter(w io.Writer, mode string) (*chunkWriter, error) {
 	workers := max(1, runtime.GOMAXPROCS(0))
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(workers), zstd.WithLowerEncoderMem(true))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(workers))
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +182,9 @@ func (c *chunkWriter) flush() {
 	c.buf = make([]byte, 0, chunkSize)
 	c.raw.Add(int64(len(raw)))
 	c.chunks.Add(1)
-	compress := c.mode == "zstd" || (c.mode == "auto" && !c.waiting.Load())
+	// auto: compress while the sender is busy (the link is full), but never
+	// queue a chunk behind another one being compressed (the CPU is full).
+	compress := c.mode == "zstd" || (c.mode == "auto" && !c.waiting.Load() && len(c.sem) < cap(c.sem))
 	fut := make(chan []byte, 1)
 	c.queue <- fut
 	if !compress {
@@ -338,7 +340,7 @@ type recWriter struct {
 	scratch []byte
 }
 
-func (r *recWriter) begin(kind byte) { r.scratch = append(r.scratch[:0], kind) }
+func (r *recWriter) begin(kind byte)  { r.scratch = append(r.scratch[:0], kind) }
 func (r *recWriter) uvarint(v uint64) { r.scratch = binary.AppendUvarint(r.scratch, v) }
 func (r *recWriter) varint(v int64)   { r.scratch = binary.AppendVarint(r.scratch, v) }
 func (r *recWriter) str(s string) {
