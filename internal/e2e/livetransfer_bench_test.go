@@ -24,6 +24,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
 	"github.com/wharf/wharf/internal/tokens"
@@ -77,6 +78,8 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	b.Cleanup(func() {
 		_ = testimages.Client(b).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
 	})
+	// Room for the tree on both nodes (this VM backs memory lazily).
+	bench.WarmMemory(b, int(treeMB)<<20*4)
 	p := devpanel.New(clusterTokenID, clusterToken)
 	p.PutServer(gameServer(id))
 	ps := httptest.NewServer(p.Handler())
