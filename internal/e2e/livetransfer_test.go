@@ -215,8 +215,11 @@ func TestLiveTransferFailures(t *testing.T) {
 			c.startTransfer(id)
 			c.waitPhase(id, 1)
 			if tc.phase == 2 {
+				// Phase 2 is the source's: its server is stopped and it
+				// still has the big change to send (the target may still be
+				// applying what phase 1 left in the buffers).
 				bigChange(t, c.Source.dataDir(id))
-				c.waitPhase(id, 2)
+				c.Source.waitDaemonLog(`msg="live transfer: the server is stopped, sending the last changes" server=`+id, 90*time.Second)
 				time.Sleep(500 * time.Millisecond)
 			} else {
 				time.Sleep(time.Second)

@@ -496,6 +496,7 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 		return err
 	}
 	run.stoppedAt.Store(time.Now().UnixNano())
+	svc.opts.Log.Info("live transfer: the server is stopped, sending the last changes", "server", s.UUID())
 	// As in the classic transfer: the stopped container is not needed (a
 	// start re-creates it) and would hold the name the target's needs on
 	// a shared engine.
