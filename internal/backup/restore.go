@@ -10,6 +10,7 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/server"
 )
 
 // restoreStopWait is how long a restore waits for a running server to stop.
@@ -23,10 +24,11 @@ type RestoreRequest struct {
 }
 
 // Restore checks the request, opens the archive (for object_store: the
-// download, up to its headers) and marks the server restoring, then
-// restores in the background. Errors returned here change nothing: a
-// missing local backup is ErrNotFound, a refused download a
-// *DownloadError, a restore already running ErrRestoring.
+// download, up to its headers) and claims the server's job slot (the
+// server is seen restoring), then restores in the background. Errors
+// returned here change nothing: a missing local backup is ErrNotFound, a
+// refused download a *DownloadError, a server busy with another job (an
+// install, a transfer, a restore, a backup) a *server.BusyError.
 func (s *Service) Restore(ctx context.Context, srv Server, backup string, req RestoreRequest) error {
 	if !ValidUUID(backup) {
 		return ErrBadUUID
@@ -46,11 +48,9 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	default:
 		return ErrBadAdapter
 	}
-	if srv.IsTransferring() {
-		return ErrBusyServer
-	}
-	if !srv.SetRestoring(true) {
-		return ErrRestoring
+	end, err := srv.BeginJob(server.JobRestore)
+	if err != nil {
+		return err
 	}
 	jctx, cancel := s.jobContext(srv)
 	var src io.ReadCloser
@@ -60,7 +60,7 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		body, err := s.download(jctx, req.DownloadURL)
 		if err != nil {
 			cancel()
-			srv.SetRestoring(false)
+			end()
 			return err
 		}
 		src = body
@@ -68,25 +68,28 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		f, err := os.Open(path)
 		if err != nil {
 			cancel()
-			srv.SetRestoring(false)
+			end()
 			return ErrNotFound
 		}
 		src = f
 	}
 	s.wg.Go(func() {
 		defer cancel()
+		defer end()
 		defer src.Close()
-		s.restore(jctx, srv, backup, req, src)
+		s.restore(jctx, srv, backup, req, src, end)
 	})
 	return nil
 }
 
-func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser) {
+// restore runs a claimed restore; end releases the job slot as soon as the
+// files are in place, before the outcome is announced.
+func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser, end func()) {
 	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
-	srv.SetRestoring(false)
+	end()
 	if err != nil {
 		log.Error("restore failed", "error", err)
 		srv.Publish(events.New(events.DaemonMessage, "The restoration of the backup failed: "+err.Error()))

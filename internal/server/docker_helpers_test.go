@@ -201,3 +201,16 @@ func serverGoroutines() []string {
 }
 
 func testimagesClient(t *testing.T) *dockerclient.Client { return testimages.Client(t) }
+
+// holdPowerLock takes the power lock as an action would: until release is
+// called or a kill cancels it. It is released at the end of the test.
+func holdPowerLock(t testing.TB, s *Server) (release func()) {
+	t.Helper()
+	ctx, release, ok := s.power.tryAcquire(context.Background())
+	if !ok {
+		t.Fatal("the power lock is busy")
+	}
+	stop := context.AfterFunc(ctx, release)
+	t.Cleanup(func() { stop(); release() })
+	return release
+}

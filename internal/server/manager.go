@@ -21,9 +21,6 @@ import (
 	"github.com/wharf/wharf/internal/sandbox"
 )
 
-// ErrExists is returned when a server with that UUID is already on this node.
-var ErrExists = errors.New("server already exists on this node")
-
 // Manager holds the servers of this node and persists their states, so that
 // servers that were running when the host went down start again.
 type Manager struct {
@@ -245,16 +242,24 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 	if err != nil {
 		return nil, err
 	}
-	s.goServer(func() {
-		if err := s.Install(s.ctx, false); err != nil {
-			return
-		}
-		if startOnCompletion {
+	// Claimed now, so that the server is seen installing as soon as it exists.
+	end, err := s.BeginJob(JobInstall)
+	if err != nil {
+		return nil, err
+	}
+	if !s.goServer(func() {
+		err := func() error {
+			defer end()
+			return s.install(s.ctx, false, end)
+		}()
+		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
 				s.log.Warn("start after install failed", "error", err)
 			}
 		}
-	})
+	}) {
+		end()
+	}
 	return s, nil
 }
 

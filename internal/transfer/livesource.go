@@ -512,8 +512,9 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 	return ls.manifest()
 }
 
-// runLive is runOutgoing for a target that speaks live transfers.
-func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, offer Offer, tl transferLog) {
+// runLive is runOutgoing for a target that speaks live transfers: it
+// reports whether the transfer completed; end releases the job slot.
+func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, offer Offer, tl transferLog, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	compression := compressionFor(svc.opts.Config.Get().System.Transfers.Compression, offer)
 	wasRunning := s.State() != server.Offline
@@ -533,7 +534,7 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 	if err != nil {
 		rerr := svc.report(t.server, false)
 		svc.unmark(svc.outgoingDir(), t.server)
-		s.SetTransferring(false)
+		end()
 		svc.Outgoing.remove(t)
 		// Once the whole stream is out, the target may have registered the
 		// server (and told the backend) before the connection broke:
@@ -549,7 +550,7 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 			tl.msg("Transfer cancelled.")
 			log.Info("transfer cancelled", "stopped", run.stopped.Load())
 		case Completed:
-			return
+			return false
 		default:
 			tl.msg("Transfer failed: " + err.Error())
 			log.Warn("transfer failed", "error", err, "stopped", run.stopped.Load())
@@ -557,7 +558,7 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 		if run.stopped.Load() && wasRunning && certain {
 			svc.restartAfterFailure(s, tl, log)
 		}
-		return
+		return false
 	}
 	offline := time.Duration(time.Now().UnixNano() - run.stoppedAt.Load())
 	svc.unmark(svc.outgoingDir(), t.server)
@@ -565,6 +566,7 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 	t.finish(nil)
 	tl.msg("Finished streaming archive to destination.")
 	log.Info("transfer completed", "live", true, "offline", offline.Round(time.Millisecond).String(), "offline_ms", offline.Milliseconds())
+	return true
 }
 
 // restartAfterFailure starts again a server that a failed live transfer

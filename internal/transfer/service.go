@@ -118,38 +118,49 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // Send starts an outgoing transfer of s to url (a target's /api/transfers),
-// with token as the Authorization header, and returns at once. The server
-// is flagged transferring until the transfer fails or is cancelled; after a
-// completed transfer it stays flagged, because it now lives on the target
-// (the backend deletes it here).
+// with token as the Authorization header, and returns at once. The server's
+// job slot is held (it is seen transferring) until the transfer fails or is
+// cancelled; after a completed transfer it stays held, because the server
+// now lives on the target (the backend deletes it here). A server busy with
+// another job is refused with a *server.BusyError (409).
 func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error) {
-	if !s.SetTransferring(true) {
-		return nil, ErrInProgress
+	end, err := s.BeginJob(server.JobTransferOut)
+	if err != nil {
+		return nil, err
 	}
 	t := newTransfer(svc.ctx, s.UUID(), svc.publisher(s, "outgoing"))
 	if err := svc.Outgoing.add(t); err != nil {
-		s.SetTransferring(false)
+		end()
 		return nil, err
 	}
 	if err := svc.mark(svc.outgoingDir(), t.server, stageSending); err != nil {
 		svc.Outgoing.remove(t)
 		t.cancel(err)
-		s.SetTransferring(false)
+		end()
 		return nil, fmt.Errorf("recording the transfer: %w", err)
 	}
 	t.announce()
-	svc.wg.Go(func() { svc.runOutgoing(t, s, url, token) })
+	svc.wg.Go(func() {
+		completed := false
+		defer func() {
+			if !completed {
+				end()
+			}
+		}()
+		completed = svc.runOutgoing(t, s, url, token, end)
+	})
 	return t, nil
 }
 
-func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string) {
+// runOutgoing sends the server and reports whether the transfer completed;
+// end releases the job slot, on failure before the outcome is announced.
+func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
 	if svc.opts.Config.Get().System.Transfers.Live {
 		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
-			svc.runLive(t, s, url, token, offer, tl)
-			return
+			return svc.runLive(t, s, url, token, offer, tl, end)
 		}
 		log.Info("the target does not speak live transfers: classic transfer")
 	}
@@ -177,7 +188,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		// reaches cancelled or failed.
 		_ = svc.report(t.server, false)
 		svc.unmark(svc.outgoingDir(), t.server)
-		s.SetTransferring(false)
+		end()
 		svc.Outgoing.remove(t)
 		switch t.finish(err) {
 		case Cancelled:
@@ -189,13 +200,14 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 			tl.msg("Transfer failed: " + err.Error())
 			log.Warn("transfer failed", "error", err)
 		}
-		return
+		return false
 	}
 	svc.unmark(svc.outgoingDir(), t.server)
 	svc.Outgoing.remove(t)
 	t.finish(nil)
 	tl.msg("Finished streaming archive to destination.")
 	log.Info("transfer completed")
+	return true
 }
 
 // stream pushes the archive, publishing progress every ProgressInterval.
@@ -267,7 +279,10 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 		t.finish(err)
 		return err
 	}
-	s, err := svc.receive(t, id, fill)
+	s, end, err := svc.receive(t, id, fill)
+	if end != nil {
+		defer end()
+	}
 	if err == nil {
 		err = svc.report(id, true)
 	}
@@ -294,38 +309,43 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 		_ = svc.report(id, false)
 		svc.unmark(svc.markerDir(), id)
 		log.Warn("incoming transfer failed", "error", err, "status", t.Status())
-		return err
+		return refused(err)
 	}
 	svc.unmark(svc.markerDir(), id)
-	s.SetTransferring(false)
+	end()
 	t.finish(nil)
 	log.Info("incoming transfer completed")
 	return nil
 }
 
-func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Server) error) (*server.Server, error) {
+// receive registers the server, holding its job slot (end releases it),
+// and fills it.
+func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Server) error) (s *server.Server, end func(), err error) {
 	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the server configuration: %w", err)
+		return nil, nil, fmt.Errorf("fetching the server configuration: %w", err)
 	}
 	def, err := server.DefinitionFromPanel(res, svc.opts.Config.Get().System.CrashDetection.Enabled)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if def.Config.UUID != id {
-		return nil, fmt.Errorf("the backend answered with the configuration of another server")
+		return nil, nil, fmt.Errorf("the backend answered with the configuration of another server")
 	}
-	s, err := svc.opts.Servers.Add(def)
+	s, err = svc.opts.Servers.Add(def)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s.SetTransferring(true)
+	// A new server: its slot is free.
+	if end, err = s.BeginJob(server.JobTransferIn); err != nil {
+		return s, nil, err
+	}
 	t.setPublisher(svc.publisher(s, "incoming"))
 	t.announce()
 	if !t.setStatus(Processing) {
-		return s, context.Cause(t.ctx)
+		return s, end, context.Cause(t.ctx)
 	}
-	return s, fill(t, s)
+	return s, end, fill(t, s)
 }
 
 // fill extracts the archive into the registered server and creates its container.
@@ -392,8 +412,8 @@ func (svc *Service) unmark(dir, id string) {
 //
 // For an outgoing transfer, the backend is told that it failed, unless the
 // backend no longer assigns the server to this node (the target reported
-// success first). The server itself needs nothing: the transferring flag
-// lives in memory and is clear after a restart, and the source's files
+// success first). The server itself needs nothing: its job slot lives in
+// memory and is free after a restart, and the source's files
 // were only read. Without this report, a transfer whose target never heard
 // of the failure (the source died before or while connecting) would stay
 // in progress on the panel forever.
