@@ -412,7 +412,7 @@ func (a *applier) copy(w io.Writer, size int64) error {
 			size -= int64(n)
 		}
 		if err != nil {
-			return readErr2(err)
+			return unexpectedEOF(err)
 		}
 	}
 	return nil

@@ -278,11 +278,11 @@ func (c *chunkReader) next() error {
 	}
 	rawLen, err := binary.ReadUvarint(c.r)
 	if err != nil {
-		return readErr2(err)
+		return unexpectedEOF(err)
 	}
 	plen, err := binary.ReadUvarint(c.r)
 	if err != nil {
-		return readErr2(err)
+		return unexpectedEOF(err)
 	}
 	if rawLen == 0 || rawLen > maxChunk || plen > maxChunk {
 		return errBadStream
@@ -294,12 +294,12 @@ func (c *chunkReader) next() error {
 		}
 		c.out = grow(c.out, int(plen))
 		if _, err := io.ReadFull(c.r, c.out); err != nil {
-			return readErr2(err)
+			return unexpectedEOF(err)
 		}
 	case codecZstd:
 		c.zbuf = grow(c.zbuf, int(plen))
 		if _, err := io.ReadFull(c.r, c.zbuf); err != nil {
-			return readErr2(err)
+			return unexpectedEOF(err)
 		}
 		out, err := c.dec.DecodeAll(c.zbuf, c.out[:0])
 		if err != nil || uint64(len(out)) != rawLen {
@@ -327,7 +327,9 @@ func grow(b []byte, n int) []byte {
 	return b[:n]
 }
 
-func readErr2(err error) error {
+// unexpectedEOF: the stream says where it ends (the end record), so an
+// end of input anywhere else is a truncation.
+func unexpectedEOF(err error) error {
 	if errors.Is(err, io.EOF) {
 		return io.ErrUnexpectedEOF
 	}
@@ -358,17 +360,17 @@ type recReader struct{ r *chunkReader }
 
 func (r recReader) byte() (byte, error) {
 	b, err := r.r.ReadByte()
-	return b, readErr2(err)
+	return b, unexpectedEOF(err)
 }
 
 func (r recReader) uvarint() (uint64, error) {
 	v, err := binary.ReadUvarint(r.r)
-	return v, readErr2(err)
+	return v, unexpectedEOF(err)
 }
 
 func (r recReader) varint() (int64, error) {
 	v, err := binary.ReadVarint(r.r)
-	return v, readErr2(err)
+	return v, unexpectedEOF(err)
 }
 
 func (r recReader) str() (string, error) {
@@ -381,7 +383,7 @@ func (r recReader) str() (string, error) {
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r.r, b); err != nil {
-		return "", readErr2(err)
+		return "", unexpectedEOF(err)
 	}
 	return string(b), nil
 }
@@ -389,5 +391,5 @@ func (r recReader) str() (string, error) {
 func (r recReader) sum() ([32]byte, error) {
 	var s [32]byte
 	_, err := io.ReadFull(r.r, s[:])
-	return s, readErr2(err)
+	return s, unexpectedEOF(err)
 }
