@@ -16,10 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -66,12 +65,6 @@ func ParseAdapter(s string) (Adapter, error) {
 		return ObjectStore, nil
 	}
 	return "", ErrBadAdapter
-}
-
-// ValidUUID reports whether s is a UUID in its canonical 36-character form.
-func ValidUUID(s string) bool {
-	_, err := uuid.Parse(s)
-	return err == nil && len(s) == 36
 }
 
 // Server is what a backup needs of a server (*server.Server).
@@ -153,7 +146,7 @@ func (s *Service) CleanTemporaries() {
 // Locate returns the path of a local backup of srv, or ErrNotFound (also
 // when it belongs to another server).
 func (s *Service) Locate(srv Server, backup string) (string, error) {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return "", ErrBadUUID
 	}
 	dir := s.dir()

@@ -12,6 +12,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
@@ -33,7 +34,7 @@ var ErrBackupRunning = usererr.New(usererr.Conflict, "A backup with this identif
 // *server.BusyError (409) while an exclusive job (install, restore,
 // transfer) rewrites the files.
 func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	if adapter != Local && adapter != ObjectStore {

@@ -10,11 +10,17 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 )
 
 // restoreStopWait is how long a restore waits for a running server to stop.
 const restoreStopWait = 2 * time.Minute
+
+// usageRefreshTimeout bounds the disk usage walk after a restore. It runs detached from the
+// restore's context (the usage must be right even when the restore was cancelled), and a hung
+// disk must not keep the daemon's shutdown waiting for it forever.
+const usageRefreshTimeout = 5 * time.Minute
 
 // RestoreRequest is the body of the restore endpoint.
 type RestoreRequest struct {
@@ -30,7 +36,7 @@ type RestoreRequest struct {
 // refused download a *DownloadError, a server busy with another job (an
 // install, a transfer, a restore, a backup) a *server.BusyError.
 func (s *Service) Restore(ctx context.Context, srv Server, backup string, req RestoreRequest) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	var path string
@@ -107,7 +113,9 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	if nerr := s.panel.SetRestoreStatus(nctx, backup, err == nil); nerr != nil {
 		log.Error("could not report the restore status to the backend", "error", nerr)
 	}
-	if _, uerr := srv.Files().RefreshUsage(context.WithoutCancel(ctx)); uerr != nil {
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), usageRefreshTimeout)
+	defer ucancel()
+	if _, uerr := srv.Files().RefreshUsage(uctx); uerr != nil {
 		log.Warn("disk usage refresh after the restore failed", "error", uerr)
 	}
 }
@@ -145,7 +153,7 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	if req.TruncateDirectory {
 		// For a download, the archive is known to be readable once its
 		// first entry was read: only then is the directory emptied.
-		opts.Ready = func() error { return files.RemoveAll(".") }
+		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
 	}
 	return archive.Extract(ctx, r, files, opts)
 }

@@ -90,6 +90,7 @@ func newDockerEnv(t testing.TB, opts envOptions, servers ...devpanel.Server) *do
 			_ = rt.Remove(context.Background(), id, "")
 			_ = rt.Remove(context.Background(), id+"_installer", "")
 		}
+		_ = rt.Close() // its idle connections to the engine would outlive the test
 	})
 	if err := m.LoadFromPanel(context.Background(), 50); err != nil {
 		t.Fatal(err)

@@ -260,7 +260,7 @@ func (f *fakeSession) Close(code int, reason string) {
 	f.codes = append(f.codes, code)
 }
 
-// A suspension seen by a sync stops the server and closes its sessions with 4409.
+// A suspension seen by a sync stops the server and closes its sessions with 1000.
 func TestDockerSuspendThroughSync(t *testing.T) {
 	def := gameDef(nil)
 	e := newDockerEnv(t, envOptions{}, def)
@@ -281,7 +281,7 @@ func TestDockerSuspendThroughSync(t *testing.T) {
 	codes := append([]int(nil), sess.codes...)
 	sess.mu.Unlock()
 	if len(codes) != 1 || codes[0] != CloseSuspended {
-		t.Fatalf("session closes %v, want [4409]", codes)
+		t.Fatalf("session closes %v, want [1000]", codes)
 	}
 	if !s.IsSuspended() {
 		t.Fatal("not suspended")

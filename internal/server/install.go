@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -102,7 +103,11 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("installer image: %w", err)
 	}
 	spec := s.installerSpec(def, script.ContainerImage, script.Entrypoint, scriptDir)
-	defer func() { _ = s.deps.removeContainer(context.WithoutCancel(ctx), s.log, spec.Name) }()
+	defer func() {
+		cctx, cancel := CleanupContext(ctx)
+		defer cancel()
+		_ = s.deps.removeContainer(cctx, s.log, spec.Name)
+	}()
 	if err := rt.Create(ctx, spec); err != nil {
 		return false, err
 	}
@@ -116,7 +121,7 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 	readDone := make(chan struct{})
 	if !s.goServer(func() {
 		defer close(readDone)
-		_ = readLines(stream, func(line string) {
+		_ = consoletext.ReadLines(stream, MaxLineBytes, func(line string) {
 			if output.Len() < installOutputLimit {
 				output.WriteString(line + "\n")
 			}
@@ -148,15 +153,6 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("the install script exited with code %d", st.ExitCode)
 	}
 	return true, nil
-}
-
-func (s *Server) registryAuth(image string) *runtime.RegistryAuth {
-	cfg := s.deps.Config.Get()
-	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
-	for k, v := range cfg.Docker.Registries {
-		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
-	}
-	return runtime.RegistryAuthFor(image, regs)
 }
 
 // installerSpec: never privileged, the image's own user, no Docker socket,

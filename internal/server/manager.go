@@ -178,7 +178,7 @@ func (m *Manager) restoreOne(ctx context.Context, s *Server, saved State) {
 
 // reattach connects to a container that is already running.
 func (s *Server) reattach(ctx context.Context, st runtime.State) error {
-	n := max(100, s.deps.Config.Get().System.WebsocketLogCount)
+	n := consoleLines(s.deps.Config.Get())
 	if lines, err := s.deps.Runtime.Logs(ctx, s.UUID(), n); err == nil {
 		for _, l := range lines {
 			s.console.add(l)
@@ -276,14 +276,21 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 
 	uuid := s.UUID()
 	// Kill cancels a power action in progress and waits for the exit.
-	if err := s.Kill(context.WithoutCancel(ctx)); err != nil {
+	kctx, cancel := CleanupContext(ctx)
+	err := s.Kill(kctx)
+	cancel()
+	if err != nil {
 		s.log.Warn("killing the process before deletion failed", "error", err)
 	}
 	s.close()
 	m.remove(uuid)
+	// The server is gone from the manager: its containers are removed even
+	// if the caller gives up, within a bound of their own.
+	rctx, cancelRemove := CleanupContext(ctx)
+	defer cancelRemove()
 	var errs []error
 	for _, name := range []string{uuid, uuid + "_installer"} {
-		if err := m.deps.removeContainer(ctx, s.log, name); err != nil {
+		if err := m.deps.removeContainer(rctx, s.log, name); err != nil {
 			errs = append(errs, err)
 		}
 	}

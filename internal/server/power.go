@@ -214,7 +214,9 @@ func (s *Server) start(ctx context.Context) error {
 		// running, unless the name is another node's container.
 		var other *runtime.OtherNodeError
 		if !errors.As(err, &other) {
-			_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
+			cctx, cancel := CleanupContext(ctx)
+			_ = s.deps.Runtime.Signal(cctx, def.Config.UUID, "SIGKILL")
+			cancel()
 		}
 		s.setState(Offline)
 		return err
@@ -257,13 +259,8 @@ func (s *Server) ensureImage(ctx context.Context, image string) error {
 	if strings.HasPrefix(image, "~") {
 		return s.deps.Runtime.EnsureImage(ctx, image, nil, nil)
 	}
-	cfg := s.deps.Config.Get()
-	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
-	for k, v := range cfg.Docker.Registries {
-		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
-	}
 	s.daemonMessage("Pulling Docker container image, this could take a few minutes to complete...")
-	err := s.deps.Runtime.EnsureImage(ctx, image, runtime.RegistryAuthFor(image, regs), func(line string) {
+	err := s.deps.Runtime.EnsureImage(ctx, image, s.registryAuth(image), func(line string) {
 		s.log.Debug("image pull", "progress", line)
 	})
 	if err == nil {

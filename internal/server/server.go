@@ -1,5 +1,5 @@
 // Package server is the server domain: one Server per game server on this
-// node (state machine, flags, power lock, console, resource usage, install,
+// node (state machine, job slot, power lock, console, resource usage, install,
 // sync, crash detection) and the Manager that holds them.
 package server
 
@@ -127,7 +127,6 @@ func (r *containerRun) end() {
 // newServer builds a server; the manager calls it.
 func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
-	cfg := deps.Config.Get()
 	s := &Server{
 		deps:        deps,
 		log:         deps.Log.With("server", def.Config.UUID),
@@ -138,7 +137,7 @@ func newServer(parent context.Context, deps *Deps, def Definition, files *sandbo
 		state:       Offline,
 		stateChange: make(chan struct{}),
 		events:      events.NewBus(),
-		console:     newRing(max(100, cfg.System.WebsocketLogCount)),
+		console:     newRing(func() int { return consoleLines(deps.Config.Get()) }),
 		files:       files,
 		onState:     onState,
 	}

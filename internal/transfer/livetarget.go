@@ -146,7 +146,7 @@ func (a *applier) record(kind byte) error {
 		if !a.started {
 			// The server is new on this node: whatever its directory holds
 			// (left by an earlier failed attempt) is not the source's.
-			if err := a.dst.RemoveAll("."); err != nil {
+			if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
 				return err
 			}
 			clear(a.dirs)
@@ -296,7 +296,7 @@ func (a *applier) remove(rel string) error {
 	if err != nil {
 		return err
 	}
-	if err := a.dst.RemoveAll(rel); err != nil {
+	if err := a.dst.RemoveAll(a.ctx, rel); err != nil {
 		return err
 	}
 	delete(a.sums, rel)

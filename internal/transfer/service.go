@@ -9,18 +9,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -109,13 +108,11 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 		case events.TransferStatus:
 			log.Info("transfer status", "status", strings.Join(e.Args, " "))
 		case events.TransferLogs:
-			log.Info("transfer log", "message", ansi.ReplaceAllString(strings.Join(e.Args, " "), ""))
+			log.Info("transfer log", "message", consoletext.StripANSI(strings.Join(e.Args, " ")))
 		}
 		s.Publish(e)
 	}
 }
-
-var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
 
 // Send starts an outgoing transfer of s to url (a target's /api/transfers),
 // with token as the Authorization header, and returns at once. The server's
@@ -298,9 +295,11 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 		if s != nil {
 			if cur, ok := svc.opts.Servers.Get(id); ok && cur == s {
 				t.finish(err) // published to the server's subscribers before it goes
-				if derr := svc.opts.Servers.Delete(context.WithoutCancel(svc.ctx), s); derr != nil {
+				cctx, cancel := server.CleanupContext(svc.ctx)
+				if derr := svc.opts.Servers.Delete(cctx, s); derr != nil {
 					log.Warn("removing the half-received server", "error", derr)
 				}
+				cancel()
 			}
 		} else {
 			_ = os.RemoveAll(svc.dataDir(id))
@@ -431,14 +430,14 @@ func (svc *Service) markers(dir string) []string {
 		}
 		return nil
 	}
-	var ids []string
+	var found []string
 	for _, e := range entries {
 		id := e.Name()
-		if u, err := uuid.Parse(id); err == nil && u.String() == strings.ToLower(id) && e.Type().IsRegular() {
-			ids = append(ids, id)
+		if ids.IsUUID(id) && e.Type().IsRegular() {
+			found = append(found, id)
 		}
 	}
-	return ids
+	return found
 }
 
 func (svc *Service) failOutgoing() {
