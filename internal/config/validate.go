@@ -122,6 +122,11 @@ func (c *Config) Validate() error {
 	default:
 		bad("system.backups.compression_level", "must be one of none, best_speed, best_compression")
 	}
+	switch c.System.Transfers.Compression {
+	case "", "auto", "zstd", "none":
+	default:
+		bad("system.transfers.compression", "must be one of auto, zstd, none")
+	}
 	if c.RemoteQuery.Timeout < 1 {
 		bad("remote_query.timeout", "must be at least 1 (second)")
 	}
