@@ -214,8 +214,12 @@ func (h *Hub) serve(ctx context.Context, s *session) {
 		h.mu.Unlock()
 		h.wg.Done()
 	}()
-	stop := context.AfterFunc(ctx, func() { s.Close(int(websocket.StatusServiceRestart), "daemon is shutting down") })
-	defer stop()
+	// A context that never ends (Go's) needs no watch: Close ends those
+	// sessions, and an idle socket keeps no AfterFunc of its own.
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { s.Close(int(websocket.StatusServiceRestart), "daemon is shutting down") })
+		defer stop()
+	}
 	s.run()
 }
 

@@ -69,6 +69,7 @@ type session struct {
 	hub  *Hub
 	conn *websocket.Conn
 	out  *corkWriter
+	in   *socketInput
 	srv  Server
 	ip   string
 	log  sessionLog
@@ -106,7 +107,7 @@ type session struct {
 
 func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
 	s := &session{
-		hub: h, conn: sock.conn, out: sock.out, srv: srv, ip: ip,
+		hub: h, conn: sock.conn, out: sock.out, in: sock.in, srv: srv, ip: ip,
 		closed: make(chan struct{}),
 		lim:    newLimiter(),
 	}
@@ -176,6 +177,9 @@ func (s *session) closeConn() {
 	if code == 0 {
 		code = websocket.StatusNormalClosure
 	}
+	// The close handshake reads the socket on this goroutine: the reader
+	// stops looking at the same buffers first.
+	s.in.stop()
 	_ = s.conn.Close(code, reason)
 }
 
@@ -208,34 +212,41 @@ func (s *session) run() {
 	s.tmu.Unlock()
 }
 
+// readLoop reads the client's messages in order. The reader spends its life
+// waiting for inbound bytes in a shallow call (socketInput), so that its
+// stack stays at the runtime's minimum (a grown stack is never given back
+// while the goroutine lives); reading a message (a dozen frames of the
+// websocket library) and handling it (token checks, JSON, power actions)
+// need a deep one, so they run on a goroutine of their own that ends with
+// them, and the reader waits for it.
 func (s *session) readLoop() {
 	for {
-		// The read context never ends: the writer closes the connection,
-		// which ends the read, so that its close frame can be sent first.
-		typ, data, err := s.conn.Read(context.Background())
-		if err != nil {
-			if code := websocket.CloseStatus(err); code == websocket.StatusMessageTooBig {
-				s.log.Debug("websocket closed: inbound frame over the limit")
-			}
+		if s.in.wait() != nil {
 			return
 		}
-		if typ != websocket.MessageText {
-			continue
-		}
-		// The reader spends its life blocked in Read with a small stack;
-		// handling a message (token checks, JSON, power actions) needs a
-		// deep one, so it runs on a goroutine of its own that ends with it,
-		// and the reader waits for it (messages are handled in order).
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.inbound(data)
-		}()
-		<-done
-		if s.ended.Load() {
+		done := make(chan bool, 1) // per message: an idle reader holds none
+		go func() { done <- s.readMessage() }()
+		if !<-done || s.ended.Load() {
 			return
 		}
 	}
+}
+
+// readMessage reads and handles one message; false when reading must stop.
+func (s *session) readMessage() bool {
+	// The read context never ends: the writer closes the connection, which
+	// ends the read, so that its close frame can be sent first.
+	typ, data, err := s.conn.Read(context.Background())
+	if err != nil {
+		if code := websocket.CloseStatus(err); code == websocket.StatusMessageTooBig {
+			s.log.Debug("websocket closed: inbound frame over the limit")
+		}
+		return false
+	}
+	if typ == websocket.MessageText {
+		s.inbound(data)
+	}
+	return true
 }
 
 // inbound handles one text message.
@@ -418,7 +429,9 @@ func (s *session) daemonError(err error) {
 // ExpiryRepeat after it while the token lives, then `token expired` and the
 // close at exp, on one timer. A new token replaces the schedule.
 func (s *session) armExpiry(exp time.Time) {
-	opts := s.hub.opts
+	// The timer's function reads the options through the hub: a copy of
+	// them captured here would be kept on the heap of every socket.
+	opts := &s.hub.opts
 	s.tmu.Lock()
 	defer s.tmu.Unlock()
 	s.gen++

@@ -18,6 +18,7 @@ import (
 type Socket struct {
 	conn *websocket.Conn
 	out  *corkWriter
+	in   *socketInput
 }
 
 // Accept upgrades the request (websocket.Accept with opts) and returns a
@@ -32,7 +33,7 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		_ = c.CloseNow()
 		return nil, errors.New("websocket accepted without hijacking the connection")
 	}
-	return &Socket{conn: c, out: h.out}, nil
+	return &Socket{conn: c, out: h.out, in: h.in}, nil
 }
 
 // Sizes of a socket's own buffered reader and writer. Small: inbound frames
@@ -49,6 +50,7 @@ const (
 type corkHijacker struct {
 	http.ResponseWriter
 	out *corkWriter
+	in  *socketInput
 }
 
 func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -61,7 +63,9 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	c := &hijackedConn{Conn: conn, pending: bytes.Clone(pending)}
 	h.out = &corkWriter{conn: conn}
-	return c, bufio.NewReadWriter(bufio.NewReaderSize(c, socketReadBuffer), bufio.NewWriterSize(h.out, socketWriteBuffer)), nil
+	br := bufio.NewReaderSize(c, socketReadBuffer)
+	h.in = newSocketInput(c, br)
+	return c, bufio.NewReadWriter(br, bufio.NewWriterSize(h.out, socketWriteBuffer)), nil
 }
 
 // hijackedConn reads what the HTTP server had buffered before the
