@@ -39,6 +39,11 @@ func newSocketInput(hc *hijackedConn, br *bufio.Reader) *socketInput {
 	return in
 }
 
+// canWait reports whether wait can wait for input; when false (TLS: the
+// bytes of a record may already be decrypted and buffered) wait returns at
+// once and the reader blocks in the library's Read, as before.
+func (in *socketInput) canWait() bool { return in.raw != nil }
+
 // errInputStopped: the session is closing; the reader stops reading.
 var errInputStopped = errors.New("websocket input stopped")
 

@@ -2,16 +2,22 @@ package wsapi
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"go.uber.org/goleak"
+
+	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/tokens"
 )
 
 // clientFrame is a masked text frame, as a client sends it.
@@ -116,4 +122,38 @@ func TestWebsocketFramesSentWithUpgrade(t *testing.T) {
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("events %q, want %q", got, want)
 	}
+}
+
+// TestWebsocketOverTLS: over TLS (no descriptor to peek at) the reader
+// reads and answers messages too, and the session ends cleanly.
+func TestWebsocketOverTLS(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	opts := Options{
+		Verifier: tokens.NewVerifier(func() []byte { return []byte(testKey) }, nil),
+		Denylist: tokens.NewDenylist(time.Now().Add(-time.Hour)),
+	}
+	h := NewHub(opts)
+	srv := &fakeServer{bus: events.NewBus()}
+	hs := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sock, err := Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		h.Serve(r.Context(), sock, srv, "192.0.2.1")
+	}))
+	defer hs.Close()
+	defer h.Close()
+	c, _, err := websocket.Dial(context.Background(), "wss"+strings.TrimPrefix(hs.URL, "https"),
+		&websocket.DialOptions{HTTPClient: hs.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	send(t, c, "auth", token(t, "*"))
+	readUntil(t, c, EventAuthSuccess)
+	send(t, c, "send stats")
+	readUntil(t, c, events.Stats)
+	send(t, c, "send logs")
+	readUntil(t, c, events.ConsoleOutput)
+	_ = c.Close(websocket.StatusNormalClosure, "")
 }

@@ -224,16 +224,24 @@ func (s *session) readLoop() {
 		if s.in.wait() != nil {
 			return
 		}
-		done := make(chan bool, 1) // per message: an idle reader holds none
-		go func() { done <- s.readMessage() }()
-		if !<-done || s.ended.Load() {
+		var ok bool
+		if s.in.canWait() {
+			done := make(chan bool, 1) // per message: an idle reader holds none
+			go func() { done <- s.readMessage(false) }()
+			ok = <-done
+		} else {
+			// Nothing to wait on (TLS): the reader blocks in Read itself.
+			ok = s.readMessage(true)
+		}
+		if !ok || s.ended.Load() {
 			return
 		}
 	}
 }
 
-// readMessage reads and handles one message; false when reading must stop.
-func (s *session) readMessage() bool {
+// readMessage reads and handles one message (aside: on a goroutine of its
+// own, waited for); false when reading must stop.
+func (s *session) readMessage(aside bool) bool {
 	// The read context never ends: the writer closes the connection, which
 	// ends the read, so that its close frame can be sent first.
 	typ, data, err := s.conn.Read(context.Background())
@@ -243,7 +251,16 @@ func (s *session) readMessage() bool {
 		}
 		return false
 	}
-	if typ == websocket.MessageText {
+	switch {
+	case typ != websocket.MessageText:
+	case aside:
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.inbound(data)
+		}()
+		<-done
+	default:
 		s.inbound(data)
 	}
 	return true
