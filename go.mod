@@ -22,6 +22,8 @@ require (
 require (
 	github.com/coder/websocket v1.8.15
 	github.com/klauspost/readahead v1.4.0
+	github.com/pkg/sftp v1.13.12
+	golang.org/x/crypto v0.57.0
 )
 
 require (
@@ -35,6 +37,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.20.1 // indirect
 	github.com/aws/smithy-go v1.28.1 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kr/fs v0.1.0 // indirect
 )
 
 require (

@@ -26,6 +26,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/sftpd"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
@@ -142,6 +143,18 @@ func Run(ctx context.Context, opts Options) error {
 		acts.Run(actsCtx, client.SendActivity,
 			func() time.Duration { return time.Duration(store.Get().System.ActivitySendInterval) * time.Second },
 			func() int { return store.Get().System.ActivitySendCount })
+	})
+
+	// SFTP sessions are closed (and their goroutines waited for) before
+	// the activity queue and the servers go away.
+	sftpCtx, stopSFTP := context.WithCancel(ctx)
+	var sftpDone sync.WaitGroup
+	defer func() { stopSFTP(); sftpDone.Wait() }()
+	sftpDone.Go(func() {
+		sftpd.New(sftpd.Options{
+			Config:  func() config.SFTP { return store.Get().System.SFTP },
+			DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
+		}).Run(sftpCtx)
 	})
 
 	denylist := tokens.NewDenylist(opts.BootTime)
