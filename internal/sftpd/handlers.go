@@ -157,9 +157,6 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	if err := h.sess.allowWrite(perm); err != nil {
 		return nil, err
 	}
-	if read && !h.sess.can(permReadContent) {
-		return nil, errDenied
-	}
 	flags := r.Pflags()
 	oflag := os.O_WRONLY
 	if read {
@@ -180,7 +177,9 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 		return nil, toStatus(err)
 	}
 	h.sess.record(event, r.Filepath)
-	return &writer{f: f, srv: h.sess.srv}, nil
+	// Clients open uploads read-write (pkg/sftp's Create does): the handle
+	// is given, but reading it needs file.read-content.
+	return &writer{f: f, srv: h.sess.srv, canRead: read && h.sess.can(permReadContent)}, nil
 }
 
 // reader is a download handle. ReadAt is safe for concurrent use, so
@@ -200,9 +199,10 @@ func (r *reader) Close() error { return toStatus(r.f.Close()) }
 // Each write checks again that the server still accepts user writes: an
 // upload does not continue into a restore.
 type writer struct {
-	mu  sync.Mutex
-	f   *sandbox.File
-	srv *server.Server
+	mu      sync.Mutex
+	f       *sandbox.File
+	srv     *server.Server
+	canRead bool
 }
 
 func (w *writer) WriteAt(p []byte, off int64) (int, error) {
@@ -216,6 +216,9 @@ func (w *writer) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (w *writer) ReadAt(p []byte, off int64) (int, error) {
+	if !w.canRead {
+		return 0, errDenied
+	}
 	n, err := w.f.ReadAt(p, off)
 	return n, toStatus(err)
 }
