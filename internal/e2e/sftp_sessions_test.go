@@ -133,4 +133,3 @@ func TestSFTPWritesRefusedDuringRestore(t *testing.T) {
 	}
 	putFile(t, c, "/after.txt", []byte("after"))
 }
-
