@@ -130,15 +130,6 @@ type syncLog struct {
 func (l *syncLog) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
 func (l *syncLog) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // A port that is taken is an error in the log and a retry, not a daemon
 // failure; once free, the server listens; a cancelled context closes the
 // listener and open connections, and every goroutine ends (goleak).
