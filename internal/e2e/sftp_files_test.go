@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -327,4 +328,30 @@ func TestSFTPQuotaExceededMidUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	putFile(t, c, "/small.bin", data[:100<<10])
+}
+
+// A large directory is listed whole, a page at a time.
+func TestSFTPLargeDirectoryListing(t *testing.T) {
+	n, c := ownerNode(t, nil)
+	dir := filepath.Join(n.serverDir(sftpSrvA), "many")
+	os.MkdirAll(dir, 0o755)
+	const count = 20000
+	for i := range count {
+		f, err := os.Create(filepath.Join(dir, "f"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	entries, err := c.ReadDir("/many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		seen[e.Name()] = true
+	}
+	if len(entries) != count || len(seen) != count {
+		t.Fatalf("%d entries (%d distinct), want %d", len(entries), len(seen), count)
+	}
 }
