@@ -39,7 +39,7 @@ func sftpServerDef(uuid string, diskMB int, denylist []string) devpanel.Server {
 
 // startSFTPNode starts a daemon whose SFTP server listens on a free
 // loopback port.
-func startSFTPNode(t *testing.T, mutate func(c *config.Config), servers ...devpanel.Server) *node {
+func startSFTPNode(t testing.TB, mutate func(c *config.Config), servers ...devpanel.Server) *node {
 	t.Helper()
 	port := freePort(t)
 	return startNode(t, nodeOptions{servers: servers, mutate: func(c *config.Config) {
@@ -53,7 +53,7 @@ func startSFTPNode(t *testing.T, mutate func(c *config.Config), servers ...devpa
 
 func sftpLogin(user, server string) string { return user + "." + server[:8] }
 
-func newSSHKey(t *testing.T) (ssh.Signer, ed25519.PrivateKey) {
+func newSSHKey(t testing.TB) (ssh.Signer, ed25519.PrivateKey) {
 	t.Helper()
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *sftpSession) close() {
 }
 
 // sftpOpen logs in and starts the sftp subsystem; the test fails if either fails.
-func (n *node) sftpOpen(t *testing.T, user string, auth ...ssh.AuthMethod) *sftpSession {
+func (n *node) sftpOpen(t testing.TB, user string, auth ...ssh.AuthMethod) *sftpSession {
 	t.Helper()
 	c, err := n.sshDial(user, auth...)
 	if err != nil {
