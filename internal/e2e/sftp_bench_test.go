@@ -40,6 +40,8 @@ type sftpBench struct {
 	srvDir   string
 	maxRSS   int64
 	startRSS int64
+	cpu      time.Duration // the daemon's CPU over our runs
+	runs     int
 }
 
 func newSFTPBench(b *testing.B) *sftpBench {
@@ -157,7 +159,10 @@ func (s *sftpBench) ours(b *testing.B, batch string) {
 			}
 		}
 	})
+	cpu0 := procCPU(b, s.n.cmd.Process.Pid)
 	s.run(b, false, batch)
+	s.cpu += procCPU(b, s.n.cmd.Process.Pid) - cpu0
+	s.runs++
 	close(stop)
 	wg.Wait()
 }
@@ -165,6 +170,9 @@ func (s *sftpBench) ours(b *testing.B, batch string) {
 func (s *sftpBench) report(b *testing.B) {
 	b.ReportMetric(float64(s.startRSS)/(1<<20), "rss-idle-MiB")
 	b.ReportMetric(float64(s.maxRSS)/(1<<20), "rss-max-MiB")
+	if s.runs > 0 {
+		b.ReportMetric(s.cpu.Seconds()/float64(s.runs), "daemon-cpu-s/op")
+	}
 }
 
 func benchSize(env string) int64 {
