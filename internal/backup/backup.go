@@ -22,6 +22,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // Adapter is where a backup lives.
@@ -33,14 +34,14 @@ const (
 	ObjectStore Adapter = "object_store"
 )
 
-// Errors mapped to statuses by the HTTP layer.
+// Errors a user may see, with the messages the HTTP layer answers.
 var (
-	ErrBadAdapter  = errors.New("unknown backup adapter")
-	ErrBadUUID     = errors.New("the backup identifier must be a valid UUID")
-	ErrNotFound    = errors.New("the requested backup was not found on this server")
-	ErrNoURL       = errors.New("the download_url field is required when the backup adapter is object_store")
-	ErrRestoring   = errors.New("server is currently being restored")
-	ErrBusyServer  = errors.New("server is being transferred or installed")
+	ErrBadAdapter  = usererr.New(usererr.Invalid, "The backup adapter must be one of local or object_store.")
+	ErrBadUUID     = usererr.New(usererr.Invalid, "The backup identifier must be a valid UUID.")
+	ErrNotFound    = usererr.New(usererr.NotFound, "The requested backup was not found on this server.")
+	ErrNoURL       = usererr.New(usererr.Invalid, "The download_url field is required when the backup adapter is set to object_store.")
+	ErrRestoring   = usererr.New(usererr.Conflict, "Server is currently being restored.")
+	ErrBusyServer  = usererr.New(usererr.Conflict, "Server is being transferred or installed.")
 	ErrBadDownload = errors.New("the backup could not be downloaded")
 )
 
@@ -49,7 +50,12 @@ var (
 type DownloadError struct{ Reason string }
 
 func (e *DownloadError) Error() string { return "The backup could not be downloaded: " + e.Reason }
-func (e *DownloadError) Unwrap() error { return ErrBadDownload }
+
+// Unwrap gives ErrBadDownload and the user-visible error (400) that shows
+// the reason.
+func (e *DownloadError) Unwrap() []error {
+	return []error{ErrBadDownload, usererr.New(usererr.Invalid, e.Error())}
+}
 
 // ParseAdapter accepts the spec's values and the older spellings (wings,
 // s3).
@@ -109,9 +115,6 @@ func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
 }
-
-// Wait waits for the jobs running now (tests).
-func (s *Service) Wait() { s.wg.Wait() }
 
 // jobContext ends when the service or the server ends.
 func (s *Service) jobContext(srv Server) (context.Context, context.CancelFunc) {

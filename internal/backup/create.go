@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // IgnoreFile is the server-wide ignore file, used when a request gives no
@@ -24,7 +24,7 @@ const (
 )
 
 // ErrBackupRunning is returned when a backup with that UUID is being made.
-var ErrBackupRunning = errors.New("a backup with this identifier is already being made")
+var ErrBackupRunning = usererr.New(usererr.Conflict, "A backup with this identifier is already being made.")
 
 // Create starts a backup of srv in the background. The arguments are
 // checked first; nothing is started when they are wrong.

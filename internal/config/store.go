@@ -104,9 +104,6 @@ func NewStore(path string, c *Config) *Store {
 // Get returns the current configuration. Treat it as read-only.
 func (s *Store) Get() *Config { return s.cur.Load() }
 
-// Path is where the configuration is saved.
-func (s *Store) Path() string { return s.path }
-
 // Update applies fn to a copy of the current configuration, validates it,
 // saves it and only then makes it current. On any error nothing changes.
 func (s *Store) Update(fn func(c *Config)) error {
@@ -162,10 +159,10 @@ func (s *Store) ApplyPanelUpdate(body io.Reader) (UpdateResult, error) {
 	}
 	next, kept, err := MergePanelUpdate(cur, body)
 	if err != nil {
-		return UpdateResult{}, err
+		return UpdateResult{}, userError(err)
 	}
 	if err := s.commit(next); err != nil {
-		return UpdateResult{}, err
+		return UpdateResult{}, userError(err)
 	}
 	return UpdateResult{Applied: true, Kept: kept, NeedsRestart: restartKeys(cur, next)}, nil
 }

@@ -357,7 +357,7 @@ func TestWebsocketConsole(t *testing.T) {
 	seq := collectUntil(t, admin, 60*time.Second, func(m wsMsg) bool { return m.Event == "status" && m.Args[0] == "running" })
 	locked := false
 	for _, m := range seq {
-		locked = locked || m.Event == "daemon error" && strings.Contains(m.Args[0], "another power action")
+		locked = locked || m.Event == "daemon error" && strings.Contains(strings.ToLower(m.Args[0]), "another power action")
 	}
 	if !locked {
 		t.Fatalf("the second start did not report the busy power lock: %v", seq)

@@ -12,6 +12,7 @@ import (
 	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/deauth"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
@@ -47,6 +48,7 @@ type Deps struct {
 // API serves the HTTP interface.
 type API struct {
 	Deps
+	deauth *deauth.Service
 }
 
 // New returns the API.
@@ -57,7 +59,7 @@ func New(d Deps) *API {
 	if d.OnConfigApplied == nil {
 		d.OnConfigApplied = func(_, _ *config.Config) {}
 	}
-	return &API{Deps: d}
+	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}}
 }
 
 // Handler returns the complete HTTP handler: middleware around the route table.
@@ -104,7 +106,7 @@ func (a *API) unmatched(mux *http.ServeMux, w http.ResponseWriter, r *http.Reque
 			writeError(w, r, http.StatusMethodNotAllowed, "The requested method is not allowed on this endpoint.")
 			return
 		}
-		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
+		a.fail(w, r, errNoResource)
 	}
 	if strings.HasPrefix(r.URL.Path, "/api/") {
 		a.requireBearer(http.HandlerFunc(answer)).ServeHTTP(w, r)

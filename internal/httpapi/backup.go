@@ -15,25 +15,23 @@ type backupRequest struct {
 
 // postBackup starts a backup: 202 at once, the outcome goes to the backend
 // and to the websocket.
-func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req backupRequest
-	if !decodeJSON(w, r, &req) {
-		return
+	if err := readJSON(w, r, &req); err != nil {
+		return err
 	}
 	if !isUUID(req.UUID) {
-		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: uuid must be a UUID.")
-		return
+		return errBadUUID
 	}
 	adapter, err := backup.ParseAdapter(req.Adapter)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if err := a.Backups.Create(s, adapter, req.UUID, req.Ignore); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 type restoreRequest struct {
@@ -44,36 +42,34 @@ type restoreRequest struct {
 
 // postRestore checks the request (404 for a missing local backup, 400 for
 // a refused download) and restores in the background (202).
-func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	id := r.PathValue("backup")
 	if !isUUID(id) {
-		a.fail(w, r, backup.ErrBadUUID)
-		return
+		return backup.ErrBadUUID
 	}
 	var req restoreRequest
-	if !decodeJSON(w, r, &req) {
-		return
+	if err := readJSON(w, r, &req); err != nil {
+		return err
 	}
 	adapter, err := backup.ParseAdapter(req.Adapter)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	err = a.Backups.Restore(r.Context(), s, id, backup.RestoreRequest{
 		Adapter: adapter, TruncateDirectory: req.TruncateDirectory, DownloadURL: req.DownloadURL,
 	})
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 // deleteBackup removes a local backup: 204, or 404 when absent.
-func (a *API) deleteBackup(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) deleteBackup(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	if err := a.Backups.Delete(s, r.PathValue("backup")); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

@@ -1,20 +1,71 @@
 package httpapi
 
 import (
-	"strings"
-
 	"encoding/json"
 	"errors"
-	"github.com/google/uuid"
+	"fmt"
 	"net/http"
 
-	"github.com/wharf/wharf/internal/backup"
-	"github.com/wharf/wharf/internal/config"
-	"github.com/wharf/wharf/internal/sandbox"
-	"github.com/wharf/wharf/internal/server"
-	"github.com/wharf/wharf/internal/tokens"
-	"github.com/wharf/wharf/internal/transfer"
+	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/usererr"
 )
+
+// handlerFunc is a handler that returns its failure instead of answering it:
+// the adapter answers every error in one place (fail).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle adapts h to http.Handler.
+func (a *API) handle(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			a.fail(w, r, err)
+		}
+	})
+}
+
+// Errors of the HTTP requests themselves; the domain packages declare theirs.
+var (
+	errNoResource   = usererr.New(usererr.NotFound, "The requested resource does not exist on this instance.")
+	errNoBearer     = usererr.New(usererr.Unauthorized, "The required authorization heads were not present in the request.")
+	errWrongBearer  = usererr.New(usererr.Forbidden, "You are not authorized to access this endpoint.")
+	errNoToken      = usererr.New(usererr.Unauthorized, "A valid signed token is required.")
+	errBodyTooLarge = usererr.New(usererr.TooLarge, "The request body is too large.")
+	errBadUUID      = usererr.New(usererr.Unprocessable, "The data provided in the request could not be validated: uuid must be a UUID.")
+	errBadWait      = usererr.New(usererr.Unprocessable, "wait_seconds must be between 0 and 300.")
+	errBadSize      = usererr.New(usererr.Invalid, "size must be an integer.")
+	errNotRegular   = usererr.New(usererr.Invalid, "Cannot download this type of file: only regular files can be downloaded.")
+	errBadTransfer  = usererr.New(usererr.Unprocessable, "The data provided in the request could not be validated: url (an http or https URL) and token are required.")
+	errTransferForm = usererr.New(usererr.Invalid, "The request must be a multipart form holding the archive and its checksum.")
+	errBadOrigin    = usererr.New(usererr.Forbidden, "The origin of this request is not allowed to connect.")
+	errTooManyWS    = usererr.New(usererr.Invalid, "Too many open websocket connections.")
+)
+
+// msgInternal answers every error that is not a user error.
+const msgInternal = "An unexpected error was encountered while processing this request."
+
+// statusOf is the HTTP status of each kind of user error; 0 for an unknown kind.
+func statusOf(k usererr.Kind) int {
+	switch k {
+	case usererr.Invalid:
+		return http.StatusBadRequest
+	case usererr.Unauthorized:
+		return http.StatusUnauthorized
+	case usererr.Forbidden:
+		return http.StatusForbidden
+	case usererr.NotFound:
+		return http.StatusNotFound
+	case usererr.Conflict:
+		return http.StatusConflict
+	case usererr.TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case usererr.Unprocessable:
+		return http.StatusUnprocessableEntity
+	case usererr.NotRunning:
+		return http.StatusBadGateway
+	}
+	return 0
+}
 
 // errorBody is the shape of every error answer.
 type errorBody struct {
@@ -34,84 +85,36 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) 
 	writeJSON(w, status, errorBody{Error: msg, RequestID: requestIDFrom(r)})
 }
 
-// fail maps a domain error to its status code and answers. Errors that are
-// not a client's mistake are logged and answered with a generic 500.
+// fail answers err: a user error (usererr) with its kind's status and its
+// message; a body over its limit with 413; anything else with the generic
+// 500, its full cause going to the log only.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var (
-		decodeErr *config.DecodeError
-		validErr  *config.ValidationError
-		tooLarge  *http.MaxBytesError
-		download  *backup.DownloadError
-	)
-	switch {
-	case errors.Is(err, tokens.ErrInvalidToken):
-		// Which check failed is not the client's business (and never the token itself).
-		writeError(w, r, http.StatusUnauthorized, "The signed token is invalid, expired, or was already used.")
-	case errors.Is(err, transfer.ErrInProgress):
-		writeError(w, r, http.StatusConflict, "A transfer is already in progress for this server.")
-	case errors.Is(err, transfer.ErrNotTransferring):
-		writeError(w, r, http.StatusConflict, "Server is not currently being transferred.")
-	case errors.Is(err, transfer.ErrNotCancellable):
-		writeError(w, r, http.StatusConflict, "The transfer is already being cancelled or has finished.")
-	case errors.Is(err, transfer.ErrCancelled):
-		writeError(w, r, http.StatusConflict, "The transfer was cancelled.")
-	case errors.Is(err, transfer.ErrChecksumMismatch), errors.Is(err, transfer.ErrBadForm), errors.Is(err, transfer.ErrBadArchive),
-		errors.Is(err, transfer.ErrSourceGone): // nobody reads that answer, but it is no error of ours
-		writeError(w, r, http.StatusBadRequest, "The transfer was refused: "+err.Error()+".")
-	case errors.Is(err, sandbox.ErrOutsideRoot), errors.Is(err, sandbox.ErrNotExist):
-		writeError(w, r, http.StatusNotFound, "The requested file does not exist.")
-	case errors.Is(err, sandbox.ErrDenied):
-		writeError(w, r, http.StatusForbidden, "This file cannot be modified: present in egg denylist.")
-	case errors.Is(err, sandbox.ErrIsDir):
-		writeError(w, r, http.StatusBadRequest, "Cannot perform that action: file is a directory.")
-	case errors.Is(err, sandbox.ErrNotDir):
-		writeError(w, r, http.StatusBadRequest, "Cannot perform that action: a part of the path is not a directory.")
-	case errors.Is(err, sandbox.ErrNoSpace):
-		writeError(w, r, http.StatusBadRequest, "There is not enough disk space available to perform that action.")
-	case errors.Is(err, sandbox.ErrExist):
-		writeError(w, r, http.StatusConflict, "The destination already exists.")
-	case errors.Is(err, sandbox.ErrTooLarge):
-		writeError(w, r, http.StatusBadRequest, "The file is too large for this action.")
-	case errors.Is(err, server.ErrInstalling), errors.Is(err, server.ErrTransferring), errors.Is(err, server.ErrRestoring),
-		errors.Is(err, server.ErrExists), errors.Is(err, server.ErrLocked):
-		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")
-	case errors.Is(err, server.ErrSuspended):
-		writeError(w, r, http.StatusBadRequest, "Cannot start or restart a server that is suspended.")
-	case errors.Is(err, server.ErrBadAction):
-		writeError(w, r, http.StatusUnprocessableEntity, err.Error())
-	case errors.Is(err, server.ErrNotOnPanel):
-		writeError(w, r, http.StatusNotFound, "The server does not exist on the backend.")
-	case errors.Is(err, server.ErrDeleted):
-		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
-	case errors.Is(err, backup.ErrNotFound):
-		writeError(w, r, http.StatusNotFound, "The requested backup was not found on this server.")
-	case errors.Is(err, backup.ErrBadUUID):
-		writeError(w, r, http.StatusBadRequest, "The backup identifier must be a valid UUID.")
-	case errors.Is(err, backup.ErrBadAdapter):
-		writeError(w, r, http.StatusBadRequest, "The backup adapter must be one of local or object_store.")
-	case errors.Is(err, backup.ErrNoURL):
-		writeError(w, r, http.StatusBadRequest, "The download_url field is required when the backup adapter is set to object_store.")
-	case errors.As(err, &download):
-		writeError(w, r, http.StatusBadRequest, download.Error())
-	case errors.Is(err, backup.ErrRestoring), errors.Is(err, backup.ErrBusyServer), errors.Is(err, backup.ErrBackupRunning):
-		writeError(w, r, http.StatusConflict, capitalize(err.Error())+".")
-	case errors.As(err, &tooLarge):
-		writeError(w, r, http.StatusRequestEntityTooLarge, "The request body is too large.")
-	case errors.As(err, &decodeErr):
-		writeError(w, r, http.StatusBadRequest, "The data passed in the request was not in a parsable format: "+decodeErr.Err.Error())
-	case errors.As(err, &validErr):
-		writeError(w, r, http.StatusBadRequest, err.Error())
-	default:
-		a.Log.Error("request failed", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
-		writeError(w, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		err = fmt.Errorf("%w: %w", errBodyTooLarge, err)
 	}
+	ue, ok := usererr.From(err)
+	status := 0
+	if ok {
+		status = statusOf(ue.Kind)
+	}
+	if status == 0 {
+		a.Log.Error("request failed", "request_id", requestIDFrom(r), "path", r.URL.Path, "error", err)
+		writeError(w, r, http.StatusInternalServerError, msgInternal)
+		return
+	}
+	if status == http.StatusUnauthorized && errors.Is(err, errNoBearer) {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	a.Log.Debug("request refused", "request_id", requestIDFrom(r), "path", r.URL.Path, "status", status, "error", err)
+	writeError(w, r, status, ue.Message)
 }
 
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+// badBody is a request body the JSON decoder refused (400, even when it is
+// over its limit, as the panels expect). The decoder's text describes only
+// the client's own body.
+func badBody(err error) error {
+	return usererr.New(usererr.Invalid, "The data passed in the request was not in a parsable format: "+err.Error())
 }
 
 func isUUID(s string) bool {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/config"
 )
 
 type ctxKey int
@@ -44,7 +47,7 @@ func (a *API) requestID(next http.Handler) http.Handler {
 // dropped connection, and logs it with its stack.
 func (a *API) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rw := &statusWriter{ResponseWriter: w}
+		rw := wrapStatus(w)
 		defer func() {
 			v := recover()
 			if v == nil {
@@ -56,7 +59,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 			a.Log.Error("panic in HTTP handler", "request_id", requestIDFrom(r), "path", r.URL.Path,
 				"panic", v, "stack", string(debug.Stack()))
 			if !rw.wroteHeader {
-				writeError(rw, r, http.StatusInternalServerError, "An unexpected error was encountered while processing this request.")
+				writeError(rw, r, http.StatusInternalServerError, msgInternal)
 			}
 		}()
 		next.ServeHTTP(rw, r)
@@ -68,7 +71,7 @@ func (a *API) recoverPanics(next http.Handler) http.Handler {
 func (a *API) accessLog(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rw := &statusWriter{ResponseWriter: w}
+		rw := wrapStatus(w)
 		next.ServeHTTP(rw, r)
 		status := rw.status
 		if status == 0 {
@@ -120,21 +123,31 @@ func liftBodyDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 }
 
+// bearerToken is the token of "Authorization: Bearer <token>", the one
+// parser of that header (node token and transfer token alike); errNoBearer
+// (401 with WWW-Authenticate) when it is missing or malformed.
+func bearerToken(r *http.Request) (string, error) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || scheme != "Bearer" || token == "" {
+		return "", errNoBearer
+	}
+	return token, nil
+}
+
 // requireBearer checks "Authorization: Bearer <node token>": a missing or
 // malformed header is 401 with WWW-Authenticate, a wrong token 403.
 func (a *API) requireBearer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || scheme != "Bearer" || token == "" {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
+		token, err := bearerToken(r)
+		if err != nil {
+			a.fail(w, r, err)
 			return
 		}
 		// Hashing first makes the comparison constant-time in the length too.
 		got := sha256.Sum256([]byte(token))
 		want := sha256.Sum256([]byte(a.Config.Get().Token))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			writeError(w, r, http.StatusForbidden, "You are not authorized to access this endpoint.")
+			a.fail(w, r, errWrongBearer)
 			return
 		}
 		liftBodyDeadline(w)
@@ -148,15 +161,12 @@ func (a *API) requireBearer(next http.Handler) http.Handler {
 func (a *API) cors(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := a.Config.Get()
-		panelOrigin := originOf(cfg.Remote)
-		allow := panelOrigin
-		if o := r.Header.Get("Origin"); o != "" && o != panelOrigin {
+		// Without an Origin (not a browser), the backend's origin is named.
+		allow := originOf(cfg.Remote)
+		if o := r.Header.Get("Origin"); o != "" {
 			allow = ""
-			for _, ao := range cfg.AllowedOrigins {
-				if ao == "*" || strings.TrimRight(ao, "/") == o {
-					allow = o
-					break
-				}
+			if originAllowed(cfg, o) {
+				allow = o
 			}
 		}
 		h := w.Header()
@@ -179,10 +189,13 @@ func (a *API) cors(next http.Handler) http.Handler {
 	})
 }
 
-// OriginAllowed reports whether a browser Origin may talk to this node: the
-// backend's own origin or one of allowed_origins.
-func (a *API) OriginAllowed(origin string) bool {
-	cfg := a.Config.Get()
+// originAllowed reports whether a browser Origin may talk to this node: the
+// backend's own origin or one of allowed_origins ("*" allows any). It is the
+// one origin rule, for CORS and for websocket upgrades.
+func originAllowed(cfg *config.Config, origin string) bool {
+	if origin == "" {
+		return false
+	}
 	if origin == originOf(cfg.Remote) {
 		return true
 	}
@@ -252,13 +265,24 @@ func trusted(ip netip.Addr, proxies []netip.Prefix) bool {
 	return false
 }
 
-// statusWriter records the status and size of a response. It keeps the
-// optional interfaces reachable through Unwrap (ResponseController).
+// statusWriter records the status and size of a response. It passes
+// ReadFrom through, so that a file copied to the response goes by sendfile,
+// and keeps the other optional interfaces reachable (Flush, Hijack, and
+// Unwrap for ResponseController).
 type statusWriter struct {
 	http.ResponseWriter
 	status      int
 	bytes       int64
 	wroteHeader bool
+}
+
+// wrapStatus returns w itself when it already records its status (the
+// middleware chain wraps the writer once), a new statusWriter otherwise.
+func wrapStatus(w http.ResponseWriter) *statusWriter {
+	if sw, ok := w.(*statusWriter); ok {
+		return sw
+	}
+	return &statusWriter{ResponseWriter: w}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -277,6 +301,30 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	w.bytes += int64(n)
 	return n, err
 }
+
+// ReadFrom hands src to the underlying writer's ReadFrom: net/http's
+// response sends a file (or a LimitedReader of one, as ServeContent gives)
+// with sendfile.
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	var (
+		n   int64
+		err error
+	)
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(src)
+	} else {
+		// Hide ReadFrom so that io.Copy does not come back here.
+		n, err = io.Copy(writerOnly{w.ResponseWriter}, src)
+	}
+	w.bytes += n
+	return n, err
+}
+
+// writerOnly hides every method of a writer but Write.
+type writerOnly struct{ io.Writer }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 

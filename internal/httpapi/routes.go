@@ -24,16 +24,16 @@ type route struct {
 func (a *API) routes() []route {
 	return []route{
 		// Signed URLs for end users (JWT in the query).
-		{"GET /download/file", authSigned, http.HandlerFunc(a.getDownloadFile)},
-		{"GET /download/backup", authSigned, http.HandlerFunc(a.getDownloadBackup)},
-		{"POST /upload/file", authSigned, http.HandlerFunc(a.postUploadFile)},
+		{"GET /download/file", authSigned, a.handle(a.getDownloadFile)},
+		{"GET /download/backup", authSigned, a.handle(a.getDownloadBackup)},
+		{"POST /upload/file", authSigned, a.handle(a.postUploadFile)},
 
 		// Node
-		{"GET /api/system", authBearer, http.HandlerFunc(a.getSystem)},
-		{"POST /api/update", authBearer, http.HandlerFunc(a.postUpdate)},
-		{"GET /api/servers", authBearer, http.HandlerFunc(a.listServers)},
-		{"POST /api/servers", authBearer, http.HandlerFunc(a.postServers)},
-		{"POST /api/deauthorize-user", authBearer, http.HandlerFunc(a.postDeauthorize)},
+		{"GET /api/system", authBearer, a.handle(a.getSystem)},
+		{"POST /api/update", authBearer, a.handle(a.postUpdate)},
+		{"GET /api/servers", authBearer, a.handle(a.listServers)},
+		{"POST /api/servers", authBearer, a.handle(a.postServers)},
+		{"POST /api/deauthorize-user", authBearer, a.handle(a.postDeauthorize)},
 
 		// Server lifecycle
 		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
@@ -46,7 +46,7 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
 
 		// Websocket console
-		{"GET /api/servers/{server}/ws", authSigned, http.HandlerFunc(a.getWebsocket)},
+		{"GET /api/servers/{server}/ws", authSigned, a.handle(a.getWebsocket)},
 
 		// Backups
 		{"POST /api/servers/{server}/backup", authBearer, a.withServer(a.postBackup)},
@@ -56,7 +56,7 @@ func (a *API) routes() []route {
 		// Transfers
 		{"POST /api/servers/{server}/transfer", authBearer, a.withServer(a.postTransfer)},
 		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
-		{"POST /api/transfers", authSigned, http.HandlerFunc(a.postTransfers)},
-		{"DELETE /api/transfers/{server}", authBearer, http.HandlerFunc(a.deleteIncomingTransfer)},
+		{"POST /api/transfers", authSigned, a.handle(a.postTransfers)},
+		{"DELETE /api/transfers/{server}", authBearer, a.handle(a.deleteIncomingTransfer)},
 	}
 }

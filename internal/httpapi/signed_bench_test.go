@@ -24,7 +24,7 @@ import (
 const benchFileSize = 1 << 30
 
 // benchNode is the real handler with a real sandbox behind a loopback HTTP server.
-func benchNode(b *testing.B) (srv *httptest.Server, token string, dataDir string) {
+func benchNode(b testing.TB) (srv *httptest.Server, token string, dataDir string) {
 	dir := b.TempDir()
 	c := config.Defaults()
 	c.UUID, c.TokenID, c.Token, c.Remote = uuid.NewString(), "t", testToken, "https://panel.example.com"
@@ -58,7 +58,7 @@ func benchNode(b *testing.B) (srv *httptest.Server, token string, dataDir string
 	return srv, id, filepath.Join(c.System.Data, id)
 }
 
-func writeRandomFile(b *testing.B, path string, size int64) {
+func writeRandomFile(b testing.TB, path string, size int64) {
 	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)
@@ -69,7 +69,7 @@ func writeRandomFile(b *testing.B, path string, size int64) {
 	}
 }
 
-func signed(b *testing.B, claims map[string]any) string {
+func signed(b testing.TB, claims map[string]any) string {
 	claims["exp"] = time.Now().Add(time.Hour).Unix()
 	claims["unique_id"] = uuid.NewString()
 	t, err := tokens.Sign([]byte(testToken), claims)

@@ -19,7 +19,7 @@ type systemInfo struct {
 	Version       string `json:"version"`
 }
 
-func (a *API) getSystem(w http.ResponseWriter, r *http.Request) {
+func (a *API) getSystem(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, systemInfo{
 		Architecture:  runtime.GOARCH,
 		CPUCount:      runtime.NumCPU(),
@@ -27,6 +27,7 @@ func (a *API) getSystem(w http.ResponseWriter, r *http.Request) {
 		OS:            runtime.GOOS,
 		Version:       a.Version,
 	})
+	return nil
 }
 
 func kernelVersion() string {
@@ -41,12 +42,11 @@ type updateResponse struct {
 	Applied bool `json:"applied"`
 }
 
-func (a *API) postUpdate(w http.ResponseWriter, r *http.Request) {
+func (a *API) postUpdate(w http.ResponseWriter, r *http.Request) error {
 	old := a.Config.Get()
 	res, err := a.Config.ApplyPanelUpdate(http.MaxBytesReader(w, r.Body, maxUpdateBody))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	if res.Applied {
 		next := a.Config.Get()
@@ -56,4 +56,5 @@ func (a *API) postUpdate(w http.ResponseWriter, r *http.Request) {
 		a.Log.Info("configuration update from the backend ignored (ignore_panel_config_updates)")
 	}
 	writeJSON(w, http.StatusOK, updateResponse{Applied: res.Applied})
+	return nil
 }

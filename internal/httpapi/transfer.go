@@ -20,74 +20,68 @@ type transferRequest struct {
 
 // postTransfer starts an outgoing transfer: 202, then the server streams in
 // the background.
-func (a *API) postTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) postTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req transferRequest
-	if !decodeJSON(w, r, &req) {
-		return
+	if err := readJSON(w, r, &req); err != nil {
+		return err
 	}
 	u, err := url.Parse(req.URL)
 	if req.URL == "" || req.Token == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		writeError(w, r, http.StatusUnprocessableEntity, "The data provided in the request could not be validated: url (an http or https URL) and token are required.")
-		return
+		return errBadTransfer
 	}
 	if _, err := a.Transfers.Send(s, req.URL, req.Token); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 // deleteTransfer cancels an outgoing transfer.
-func (a *API) deleteTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) {
+func (a *API) deleteTransfer(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	if err := a.Transfers.Outgoing.Cancel(s.UUID()); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 // deleteIncomingTransfer cancels an incoming transfer. The server need not
 // be registered: an unknown server is simply not being transferred (409).
-func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) {
+func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Transfers.Incoming.Cancel(r.PathValue("server")); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
+	return nil
 }
 
 // postTransfers receives a server from a source node. The transfer JWT is
 // in "Authorization: Bearer"; only a transfer-purpose token is accepted.
-func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) {
-	scheme, raw, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || scheme != "Bearer" || raw == "" {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		writeError(w, r, http.StatusUnauthorized, "The required authorization heads were not present in the request.")
-		return
+func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) error {
+	raw, err := bearerToken(r)
+	if err != nil {
+		return err
 	}
 	claims, err := a.Tokens.Transfer(raw)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	liftBodyDeadline(w)
 	if _, busy := a.Transfers.Incoming.Get(claims.ServerUUID); busy {
-		a.fail(w, r, transfer.ErrInProgress)
-		return
+		return transfer.ErrInProgress
 	}
 	mr, err := multipartReader(r)
 	if err != nil {
-		writeError(w, r, http.StatusBadRequest, "The request must be a multipart form holding the archive and its checksum.")
-		return
+		return errTransferForm
 	}
 	rc := http.NewResponseController(w)
 	// A cancel breaks a read that waits on a stalled source.
 	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
 	if err := a.Transfers.Receive(r.Context(), claims.ServerUUID, mr, unblock); err != nil {
-		a.fail(w, r, err)
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusOK)
+	return nil
 }
 
 // multipartReader reads the form through a large buffer: the multipart

@@ -11,22 +11,19 @@ import (
 // Before the upgrade: 404 for an unknown server, 403 for a browser Origin
 // that is neither the backend's nor in allowed_origins, 400 when the server
 // already has its maximum of sockets.
-func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) {
+func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) error {
 	s, ok := a.Servers.Get(r.PathValue("server"))
 	if !ok {
-		writeError(w, r, http.StatusNotFound, "The requested resource does not exist on this instance.")
-		return
+		return errNoResource
 	}
 	// Browsers always send Origin; a client without one is not a browser
 	// page and cannot be the victim of cross-site websocket hijacking.
-	if o := r.Header.Get("Origin"); o != "" && !a.OriginAllowed(o) {
-		writeError(w, r, http.StatusForbidden, "The origin of this request is not allowed to connect.")
-		return
+	if o := r.Header.Get("Origin"); o != "" && !originAllowed(a.Config.Get(), o) {
+		return errBadOrigin
 	}
 	release, ok := a.Websockets.Reserve(s.UUID())
 	if !ok {
-		writeError(w, r, http.StatusBadRequest, "Too many open websocket connections.")
-		return
+		return errTooManyWS
 	}
 	defer release()
 	liftBodyDeadline(w)
@@ -37,7 +34,8 @@ func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) {
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
-		return // Accept has answered the client
+		return nil // Accept has answered the client
 	}
 	a.Websockets.Serve(r.Context(), conn, s, a.clientIP(r))
+	return nil
 }

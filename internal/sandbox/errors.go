@@ -5,46 +5,68 @@ import (
 	"io/fs"
 	"strings"
 	"syscall"
+
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // sentinel is an error value that can also answer errors.Is for a standard
-// library error (ErrNotExist is also fs.ErrNotExist, and so on).
+// library error (ErrNotExist is also fs.ErrNotExist, and so on), and that
+// carries what the user is told when it reaches them (nil: an internal error).
 type sentinel struct {
 	msg  string
 	also error
+	user *usererr.Error
 }
 
 func (e *sentinel) Error() string { return e.msg }
 
 func (e *sentinel) Is(target error) bool { return e.also != nil && target == e.also }
 
+// Unwrap gives the user-visible error, when there is one.
+func (e *sentinel) Unwrap() error {
+	if e.user == nil {
+		return nil
+	}
+	return e.user
+}
+
+// notFound is the one answer for a missing file and for a path outside the
+// root, so that nothing outside the root is ever revealed.
+var notFound = usererr.New(usererr.NotFound, "The requested file does not exist.")
+
 // Errors returned by the sandbox. Every error returned by an FS method is an
 // *Error that wraps one of these (or a syscall.Errno when none applies), so
-// errors.Is works on them. The HTTP layer maps them to statuses in one place:
+// errors.Is works on them. Those a user may see carry a usererr message:
 // ErrOutsideRoot and ErrNotExist should both answer 404 so that the existence
 // of anything outside the root is never revealed.
 var (
 	// ErrOutsideRoot: the name, or a symbolic link on its way, leads out of
 	// the root (".." above the root, an absolute link, a link chain ending
 	// outside, a symlink loop, a NUL byte).
-	ErrOutsideRoot error = &sentinel{msg: "path resolves outside the server root"}
+	ErrOutsideRoot error = &sentinel{msg: "path resolves outside the server root", user: notFound}
 	// ErrNotExist: no such file inside the root. errors.Is(err, fs.ErrNotExist) is true too.
-	ErrNotExist error = &sentinel{msg: "file does not exist", also: fs.ErrNotExist}
+	ErrNotExist error = &sentinel{msg: "file does not exist", also: fs.ErrNotExist, user: notFound}
 	// ErrExist: the target already exists. errors.Is(err, fs.ErrExist) is true too.
-	ErrExist error = &sentinel{msg: "file already exists", also: fs.ErrExist}
+	ErrExist error = &sentinel{msg: "file already exists", also: fs.ErrExist,
+		user: usererr.New(usererr.Conflict, "The destination already exists.")}
 	// ErrIsDir: a file operation named a directory.
-	ErrIsDir error = &sentinel{msg: "is a directory"}
+	ErrIsDir error = &sentinel{msg: "is a directory",
+		user: usererr.New(usererr.Invalid, "Cannot perform that action: file is a directory.")}
 	// ErrNotDir: a directory operation named something else, or a path
 	// component that is not a directory.
-	ErrNotDir error = &sentinel{msg: "not a directory"}
+	ErrNotDir error = &sentinel{msg: "not a directory",
+		user: usererr.New(usererr.Invalid, "Cannot perform that action: a part of the path is not a directory.")}
 	// ErrDenied: the name (or what it resolves to) matches the egg's file
 	// denylist. errors.Is(err, fs.ErrPermission) is true too.
-	ErrDenied error = &sentinel{msg: "file is on the server's denylist", also: fs.ErrPermission}
+	ErrDenied error = &sentinel{msg: "file is on the server's denylist", also: fs.ErrPermission,
+		user: usererr.New(usererr.Forbidden, "This file cannot be modified: present in egg denylist.")}
 	// ErrNoSpace: the operation would exceed the server's disk limit, or the
 	// limit is -1 (no writes at all).
-	ErrNoSpace error = &sentinel{msg: "server disk space limit reached"}
+	ErrNoSpace error = &sentinel{msg: "server disk space limit reached",
+		user: usererr.New(usererr.Invalid, "There is not enough disk space available to perform that action.")}
 	// ErrTooLarge: ReadFile found more bytes than its limit.
-	ErrTooLarge error = &sentinel{msg: "file is larger than the allowed size"}
+	ErrTooLarge error = &sentinel{msg: "file is larger than the allowed size",
+		user: usererr.New(usererr.Invalid, "The file is too large for this action.")}
 	// ErrInvalid: an operation that is not allowed on this name (removing or
 	// renaming the root itself, for example). errors.Is(err, fs.ErrInvalid) is true too.
 	ErrInvalid error = &sentinel{msg: "invalid operation on this path", also: fs.ErrInvalid}

@@ -21,9 +21,6 @@ import (
 	"github.com/wharf/wharf/internal/sandbox"
 )
 
-// ErrExists is returned when a server with that UUID is already on this node.
-var ErrExists = errors.New("server already exists on this node")
-
 // Manager holds the servers of this node and persists their states, so that
 // servers that were running when the host went down start again.
 type Manager struct {

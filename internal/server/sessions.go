@@ -37,13 +37,6 @@ func (s *Server) AddSession(sess Session) (remove func()) {
 	}
 }
 
-// SessionCount reports how many sessions are open.
-func (s *Server) SessionCount() int {
-	s.sessions.mu.Lock()
-	defer s.sessions.mu.Unlock()
-	return len(s.sessions.set)
-}
-
 // CloseSessions closes every session whose user matches (all when user is empty).
 func (s *Server) CloseSessions(user string, code int, reason string) {
 	s.sessions.mu.Lock()

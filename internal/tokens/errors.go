@@ -10,17 +10,18 @@
 // other purpose even when the claims it needs are there.
 package tokens
 
-import "errors"
+import "github.com/wharf/wharf/internal/usererr"
 
-// ErrInvalidToken is satisfied by every error of this package
-// (errors.Is(err, ErrInvalidToken)), so the HTTP layer maps them all to
-// 401 in one place. No message ever contains the token.
-var ErrInvalidToken = errors.New("invalid token")
+// ErrInvalidToken is in the chain of every error of this package
+// (errors.Is(err, ErrInvalidToken)): the user is told only that the token
+// was refused (401), never which check failed. No message ever contains the
+// token.
+var ErrInvalidToken = usererr.New(usererr.Unauthorized, "The signed token is invalid, expired, or was already used.")
 
 type tokenError struct{ msg string }
 
-func (e *tokenError) Error() string        { return e.msg }
-func (e *tokenError) Is(target error) bool { return target == ErrInvalidToken }
+func (e *tokenError) Error() string { return e.msg }
+func (e *tokenError) Unwrap() error { return ErrInvalidToken }
 
 // The reasons a token is refused.
 var (

@@ -281,7 +281,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		_ = svc.report(id, false)
 		svc.unmark(svc.markerDir(), id)
 		log.Warn("incoming transfer failed", "error", err, "status", t.Status())
-		return err
+		return refused(err)
 	}
 	svc.unmark(svc.markerDir(), id)
 	s.SetTransferring(false)

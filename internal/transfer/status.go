@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // Status is a transfer's status, as the `transfer status` event shows it.
@@ -25,16 +26,16 @@ const (
 	Completed  Status = "completed"
 )
 
-// Errors the HTTP layer maps to answers.
+// Errors a user (the panel, or the source node) may see.
 var (
 	// ErrNotTransferring: a cancel for a server that has no active transfer (409).
-	ErrNotTransferring = errors.New("server is not currently being transferred")
+	ErrNotTransferring = usererr.New(usererr.Conflict, "Server is not currently being transferred.")
 	// ErrNotCancellable: a cancel while cancelling or after the end (409).
-	ErrNotCancellable = errors.New("the transfer is already being cancelled or has finished")
+	ErrNotCancellable = usererr.New(usererr.Conflict, "The transfer is already being cancelled or has finished.")
 	// ErrInProgress: a second transfer of the same server (409).
-	ErrInProgress = errors.New("a transfer is already in progress for this server")
+	ErrInProgress = usererr.New(usererr.Conflict, "A transfer is already in progress for this server.")
 	// ErrCancelled is the cause of a transfer's context after a cancel request.
-	ErrCancelled = errors.New("the transfer was cancelled")
+	ErrCancelled = usererr.New(usererr.Conflict, "The transfer was cancelled.")
 	// ErrSourceGone: the request of an incoming transfer ended before its end
 	// (the source died or went away, or this daemon is shutting down).
 	ErrSourceGone = errors.New("the connection from the source ended before the end of the transfer")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // Errors of an incoming transfer's data, answered with 400.
@@ -25,6 +26,17 @@ var (
 	// ErrBadArchive: the archive is corrupt, truncated or unsafe.
 	ErrBadArchive = errors.New("invalid transfer archive")
 )
+
+// refused gives a refused incoming transfer its answer to the source (400).
+// The reason is worded by this package from the source's own form and
+// archive, so it is shown as it is.
+func refused(err error) error {
+	if errors.Is(err, ErrChecksumMismatch) || errors.Is(err, ErrBadForm) || errors.Is(err, ErrBadArchive) ||
+		errors.Is(err, ErrSourceGone) {
+		return usererr.Wrap(err, usererr.Invalid, "The transfer was refused: "+err.Error()+".")
+	}
+	return err
+}
 
 // StatusError is a target's answer other than 200.
 type StatusError struct{ Code int }

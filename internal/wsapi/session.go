@@ -17,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // Inbound events.
@@ -308,21 +309,15 @@ func (s *session) activity(c *tokens.WebsocketClaims, event string, meta map[str
 	})
 }
 
-var errPermission = errors.New("you do not have permission to perform this action")
+var errPermission = usererr.New(usererr.Forbidden, "you do not have permission to perform this action")
 
-// userErrors are shown as they are; any other error is shown only to a
-// token with admin.websocket.errors, and logged with an id otherwise.
-var userErrors = []error{
-	errPermission, server.ErrBadAction, server.ErrLocked, server.ErrInstalling, server.ErrTransferring,
-	server.ErrRestoring, server.ErrSuspended, server.ErrNotRunning, server.ErrDeleted, server.ErrRunning,
-}
-
+// daemonError tells the client why its request failed: a user error's
+// message as it is (usererr); any other error only to a token with
+// admin.websocket.errors, and otherwise logged with an id.
 func (s *session) daemonError(err error) {
-	for _, u := range userErrors {
-		if errors.Is(err, u) {
-			s.send(events.New(EventDaemonError, err.Error()))
-			return
-		}
+	if ue, ok := usererr.From(err); ok {
+		s.send(events.New(EventDaemonError, ue.Message))
+		return
 	}
 	if s.perms.has(PermDetailedError) {
 		s.send(events.New(EventDaemonError, err.Error()))
