@@ -94,7 +94,7 @@ func TestSFTPSuspendAndDeleteCloseSessions(t *testing.T) {
 }
 
 // No user write reaches the files while a restore rewrites them (an
-// exclusive job holds the server); reads go on; writes work again after.
+// exclusive job holds the server); listing goes on; writes work again after.
 func TestSFTPWritesRefusedDuringRestore(t *testing.T) {
 	n := startSFTPNode(t, func(c *config.Config) { c.System.Backups.WriteLimit = 2 }, sftpServerDef(backupServer, 0, nil))
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "alice", Password: sftpPass, Server: backupServer, User: sftpOwner, Permissions: []string{"*"}})
@@ -124,6 +124,12 @@ func TestSFTPWritesRefusedDuringRestore(t *testing.T) {
 		if fxCode(err) != 3 {
 			t.Errorf("%s during a restore: %v, want permission denied", name, err)
 		}
+	}
+	if _, err := c.Stat("/keep.txt"); err != nil {
+		t.Errorf("stat during a restore: %v", err)
+	}
+	if _, err := c.ReadDir("/"); err != nil {
+		t.Errorf("list during a restore: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "new.txt")); !os.IsNotExist(err) {
 		t.Error("a file was created during the restore")

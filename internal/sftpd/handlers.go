@@ -55,10 +55,11 @@ func (s *session) Close(_ int, reason string) {
 	})
 }
 
-// can reports whether the user holds p; nothing is allowed while the
-// server is suspended.
+// can reports whether the user holds p. Nothing is allowed while the
+// server is suspended (its sessions are being closed); a restore also
+// reads as suspended, but only writes wait for it (allowWrite).
 func (s *session) can(p string) bool {
-	if s.srv.IsSuspended() {
+	if s.srv.IsSuspended() && !s.srv.IsRestoring() {
 		return false
 	}
 	return s.perms[permAll] || s.perms[p]
