@@ -184,3 +184,36 @@ func TestSFTPKeyOnly(t *testing.T) {
 	}
 	n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.PublicKeys(key))
 }
+
+// At most 6 authentication attempts per connection, and no legacy
+// algorithm is offered.
+func TestSFTPAuthAttemptsAndAlgorithms(t *testing.T) {
+	n := startSFTPNode(t, nil, sftpServerDef(sftpSrvA, 0, nil))
+	var keys []ssh.Signer
+	for range 8 {
+		k, _ := newSSHKey(t)
+		keys = append(keys, k)
+	}
+	c, err := n.sshDial(sftpLogin("alice", sftpSrvA), ssh.PublicKeys(keys...))
+	if err == nil {
+		c.Close()
+		t.Fatal("login accepted")
+	}
+	if got := len(n.Panel.CallsTo("POST", "/sftp/auth")); got > 6 {
+		t.Fatalf("%d attempts on one connection reached the panel, want at most 6", got)
+	}
+	for _, cfg := range []ssh.Config{
+		{Ciphers: []string{"aes128-cbc", "3des-cbc"}},
+		{KeyExchanges: []string{"diffie-hellman-group1-sha1", "diffie-hellman-group14-sha1"}},
+		{Ciphers: []string{"aes128-ctr"}, MACs: []string{"hmac-sha1", "hmac-sha1-96"}},
+	} {
+		cc := &ssh.ClientConfig{Config: cfg, User: "alice.a1b2c3d4", Auth: []ssh.AuthMethod{ssh.Password("x")},
+			HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second}
+		if c, err := ssh.Dial("tcp", n.sftpAddr(), cc); err == nil {
+			c.Close()
+			t.Fatalf("handshake with %+v succeeded", cfg)
+		} else if !strings.Contains(err.Error(), "no common algorithm") {
+			t.Fatalf("handshake with %+v: %v", cfg, err)
+		}
+	}
+}
