@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/tree"
@@ -347,5 +348,37 @@ func TestExtractWriteLimit(t *testing.T) {
 	// 3 MiB at 1 MiB/s with a one-second burst: about 2 s.
 	if d := time.Since(start); d < 1500*time.Millisecond || d > 6*time.Second {
 		t.Fatalf("took %s", d)
+	}
+}
+
+// brokenWriter accepts limit bytes, then fails every write.
+type brokenWriter struct{ limit int }
+
+var errBroken = errors.New("connection reset")
+
+func (w *brokenWriter) Write(p []byte) (int, error) {
+	if len(p) > w.limit {
+		n := w.limit
+		w.limit = 0
+		return n, errBroken
+	}
+	w.limit -= len(p)
+	return len(p), nil
+}
+
+// An output that fails mid-stream (the peer of a transfer went away) ends Write with that error
+// and leaves none of the compressor's goroutines behind (pgzip's writer keeps one blocked for
+// ever when it sees the error itself).
+func TestWriteFailingOutputLeavesNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	src := t.TempDir()
+	if err := tree.Build(src, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{0, 5, 300 << 10} {
+		_, err := Write(context.Background(), &brokenWriter{limit: limit}, newFS(t, src), WriteOptions{Level: LevelBestSpeed})
+		if !errors.Is(err, errBroken) {
+			t.Fatalf("limit %d: Write = %v, want the output's error", limit, err)
+		}
 	}
 }

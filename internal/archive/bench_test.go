@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/pgzip"
+	"go.uber.org/goleak"
 
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/bench"
@@ -30,12 +31,15 @@ var (
 	benchErr   error
 )
 
+// TestMain removes the benchmark tree and fails the package when a test
+// leaves a goroutine behind (a compressor or decompressor not ended).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if benchDir != "" {
-		_ = os.RemoveAll(benchDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if benchDir != "" {
+			_ = os.RemoveAll(benchDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 func benchTree(b *testing.B) (string, int64) {

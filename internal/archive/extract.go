@@ -311,7 +311,7 @@ func (x *extractor) replace(rel string, wantDir bool) (existed bool, err error) 
 	case fi.Mode().IsRegular() && !wantDir:
 		return true, nil
 	case fi.IsDir():
-		err = x.dst.RemoveAll(rel)
+		err = x.dst.RemoveAll(x.ctx, rel)
 	default:
 		err = x.dst.Remove(rel)
 	}
@@ -422,7 +422,7 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 		return err
 	}
 	if _, err := x.dst.Lstat(rel); err == nil {
-		if err := x.dst.RemoveAll(rel); err != nil {
+		if err := x.dst.RemoveAll(x.ctx, rel); err != nil {
 			return x.wrap(rel, err)
 		}
 	}
@@ -450,7 +450,7 @@ func (x *extractor) hardlink(rel, target string, hdr *tar.Header) error {
 		return nil
 	}
 	if _, err := x.dst.Lstat(rel); err == nil {
-		if err := x.dst.RemoveAll(rel); err != nil {
+		if err := x.dst.RemoveAll(x.ctx, rel); err != nil {
 			return x.wrap(rel, err)
 		}
 	}

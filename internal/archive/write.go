@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,16 @@ type WriteOptions struct {
 	// Left unset, no hash is computed (a transfer has no use for a backup's
 	// SHA-1, and hashing costs a core-second per few GiB).
 	Hash func() hash.Hash
+	// Dir is the directory of src to archive; names in the archive are
+	// relative to it. The root when empty.
+	Dir string
+	// Skip, when set, leaves out the entries for which it returns true (a
+	// directory with everything below it). rel is relative to Dir.
+	Skip func(rel string, d fs.DirEntry) bool
+	// Compress, when set, replaces the parallel gzip: it wraps the
+	// archive's writer (bzip2, xz, zstd for the file manager). Level is
+	// then ignored.
+	Compress func(w io.Writer) (io.WriteCloser, error)
 }
 
 // Progress is the running total of a Write.
@@ -64,19 +75,64 @@ type Result struct {
 
 // hashCounter passes writes through, counting and (when h is set) hashing
 // them.
+//
+// It never returns an error to pgzip: a pgzip.Writer that saw a write error
+// refuses to Close and leaves its output goroutine blocked for ever. The
+// first error is kept instead (failed), everything after it is discarded,
+// and the tar side stops at its next write (stopOnFail).
 type hashCounter struct {
 	w io.Writer
 	h hash.Hash
 	n atomic.Int64 // written by the gzip goroutines, read by Progress
+
+	mu  sync.Mutex
+	err error
 }
 
 func (c *hashCounter) Write(p []byte) (int, error) {
+	if c.failed() != nil {
+		return len(p), nil
+	}
 	n, err := c.w.Write(p)
 	if c.h != nil {
 		c.h.Write(p[:n])
 	}
 	c.n.Add(int64(n))
-	return n, err
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		c.fail(err)
+	}
+	return len(p), nil
+}
+
+// fail records err (the first one wins): nothing more reaches w.
+func (c *hashCounter) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+func (c *hashCounter) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// stopOnFail passes writes on to the compressor until the output failed.
+type stopOnFail struct {
+	w   io.Writer
+	out *hashCounter
+}
+
+func (s stopOnFail) Write(p []byte) (int, error) {
+	if err := s.out.failed(); err != nil {
+		return 0, err
+	}
+	return s.w.Write(p)
 }
 
 // NewIgnore compiles newline-separated gitignore patterns; nil when there
@@ -96,14 +152,28 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	if opts.Hash != nil {
 		out.h = opts.Hash()
 	}
-	gz, err := pgzip.NewWriterLevel(out, opts.Level)
-	if err != nil {
-		return Result{}, err
+	var gz io.WriteCloser
+	if opts.Compress != nil {
+		c, err := opts.Compress(out)
+		if err != nil {
+			return Result{}, err
+		}
+		gz = c
+	} else {
+		pg, err := pgzip.NewWriterLevel(out, opts.Level)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := pg.SetConcurrency(gzipBlock, 2*runtime.GOMAXPROCS(0)); err != nil {
+			return Result{}, err
+		}
+		gz = pg
 	}
-	if err := gz.SetConcurrency(gzipBlock, 2*runtime.GOMAXPROCS(0)); err != nil {
-		return Result{}, err
+	dir := strings.Trim(opts.Dir, "/")
+	if dir == "" {
+		dir = "."
 	}
-	tw := tar.NewWriter(gz)
+	tw := tar.NewWriter(stopOnFail{gz, out})
 	ign := NewIgnore(opts.Ignore)
 	var man *spool
 	if opts.Manifest {
@@ -114,7 +184,14 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	buf := make([]byte, 256<<10)
 	fileHash := sha1.New()
 
-	walkErr := src.WalkContext(ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+	walkErr := src.WalkContext(ctx, dir, func(full string, d fs.DirEntry, err error) error {
+		rel := full
+		if dir != "." {
+			rel = strings.TrimPrefix(strings.TrimPrefix(full, dir), "/")
+			if rel == "" {
+				rel = "."
+			}
+		}
 		if err != nil {
 			if rel == "." {
 				return err
@@ -123,6 +200,15 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			return nil
 		}
 		if rel == "." {
+			if !d.IsDir() {
+				return &fs.PathError{Op: "archive", Path: "/" + dir, Err: sandbox.ErrNotDir}
+			}
+			return nil
+		}
+		if opts.Skip != nil && opts.Skip(rel, d) {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		if opts.Manifest && rel == ManifestName {
@@ -137,7 +223,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		}
 		if d.Type().IsRegular() {
 			// Mode and times come from the opened file (fstat): no lstat of the name.
-			if err := writeFile(tw, src, rel, d, buf, fileHash, man, &res); err != nil {
+			if err := writeFile(tw, src, full, rel, d, buf, fileHash, man, &res); err != nil {
 				return err
 			}
 			report(opts.Progress, &res, out)
@@ -154,7 +240,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			hdr.Name += "/"
 			res.Dirs++
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := src.Readlink(rel)
+			target, err := src.Readlink(full)
 			if err != nil {
 				return nil
 			}
@@ -176,8 +262,15 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	if walkErr == nil {
 		walkErr = tw.Close()
 	}
+	if walkErr != nil {
+		out.fail(walkErr) // the compressor's last blocks go nowhere
+	}
+	// Close always, even after an error: it ends the compressor's goroutines.
 	if cerr := gz.Close(); walkErr == nil {
 		walkErr = cerr
+	}
+	if walkErr == nil {
+		walkErr = out.failed()
 	}
 	if walkErr != nil {
 		return Result{}, walkErr
@@ -207,8 +300,8 @@ func header(rel string, fi fs.FileInfo) *tar.Header {
 
 // writeFile stores the regular file d; one that vanished or is no longer
 // a regular file is left out.
-func writeFile(tw *tar.Writer, src *sandbox.FS, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
-	f, err := src.OpenEntry(rel, d)
+func writeFile(tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
+	f, err := src.OpenEntry(full, d)
 	if err != nil {
 		return nil // vanished, or swapped for a link leading out: leave it out
 	}

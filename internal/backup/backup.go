@@ -16,12 +16,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -40,8 +40,6 @@ var (
 	ErrBadUUID     = usererr.New(usererr.Invalid, "The backup identifier must be a valid UUID.")
 	ErrNotFound    = usererr.New(usererr.NotFound, "The requested backup was not found on this server.")
 	ErrNoURL       = usererr.New(usererr.Invalid, "The download_url field is required when the backup adapter is set to object_store.")
-	ErrRestoring   = usererr.New(usererr.Conflict, "Server is currently being restored.")
-	ErrBusyServer  = usererr.New(usererr.Conflict, "Server is being transferred or installed.")
 	ErrBadDownload = errors.New("the backup could not be downloaded")
 )
 
@@ -69,21 +67,15 @@ func ParseAdapter(s string) (Adapter, error) {
 	return "", ErrBadAdapter
 }
 
-// ValidUUID reports whether s is a UUID in its canonical 36-character form.
-func ValidUUID(s string) bool {
-	_, err := uuid.Parse(s)
-	return err == nil && len(s) == 36
-}
-
 // Server is what a backup needs of a server (*server.Server).
 type Server interface {
 	UUID() string
 	Context() context.Context
 	Files() *sandbox.FS
 	Publish(events.Event)
-	SetRestoring(bool) bool
-	IsRestoring() bool
-	IsTransferring() bool
+	// BeginJob claims the server's job slot: a restore is exclusive, a
+	// backup shared; a refusal is a *server.BusyError (409).
+	BeginJob(server.Job) (end func(), err error)
 	StopForJob(ctx context.Context, wait time.Duration) error
 }
 
@@ -154,7 +146,7 @@ func (s *Service) CleanTemporaries() {
 // Locate returns the path of a local backup of srv, or ErrNotFound (also
 // when it belongs to another server).
 func (s *Service) Locate(srv Server, backup string) (string, error) {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return "", ErrBadUUID
 	}
 	dir := s.dir()

@@ -23,6 +23,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/objectstore"
 	"github.com/wharf/wharf/internal/testutil/tree"
@@ -35,9 +36,7 @@ func (s benchServer) UUID() string                                    { return "
 func (s benchServer) Context() context.Context                        { return context.Background() }
 func (s benchServer) Files() *sandbox.FS                              { return s.files }
 func (s benchServer) Publish(events.Event)                            {}
-func (s benchServer) SetRestoring(bool) bool                          { return true }
-func (s benchServer) IsRestoring() bool                               { return false }
-func (s benchServer) IsTransferring() bool                            { return false }
+func (s benchServer) BeginJob(server.Job) (func(), error)             { return func() {}, nil }
 func (s benchServer) StopForJob(context.Context, time.Duration) error { return nil }
 
 // benchPartSize is the part size the fake panel hands out. (The panels'

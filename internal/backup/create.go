@@ -12,7 +12,9 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -27,9 +29,12 @@ const (
 var ErrBackupRunning = usererr.New(usererr.Conflict, "A backup with this identifier is already being made.")
 
 // Create starts a backup of srv in the background. The arguments are
-// checked first; nothing is started when they are wrong.
+// checked first; nothing is started when they are wrong. A backup shares the
+// server's job slot with other backups and file jobs: it is refused with a
+// *server.BusyError (409) while an exclusive job (install, restore,
+// transfer) rewrites the files.
 func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	if adapter != Local && adapter != ObjectStore {
@@ -42,15 +47,23 @@ func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) err
 	}
 	s.running[backup] = true
 	s.mu.Unlock()
+	end, err := srv.BeginJob(server.JobBackup)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.running, backup)
+		s.mu.Unlock()
+		return err
+	}
 	ctx, cancel := s.jobContext(srv)
 	s.wg.Go(func() {
 		defer cancel()
+		defer end()
 		defer func() {
 			s.mu.Lock()
 			delete(s.running, backup)
 			s.mu.Unlock()
 		}()
-		s.run(ctx, srv, adapter, backup, ignore)
+		s.run(ctx, srv, adapter, backup, ignore, end)
 	})
 	return nil
 }
@@ -62,7 +75,9 @@ type Details struct {
 	Parts    []panel.BackupPart
 }
 
-func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, ignore string) {
+// run makes the backup; end releases the job slot once the files are read,
+// before the outcome is reported.
+func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, ignore string, end func()) {
 	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", adapter)
 	start := time.Now()
 	var (
@@ -74,6 +89,7 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 	} else {
 		d, err = s.createRemote(ctx, srv, backup, ignore)
 	}
+	end()
 	status := panel.BackupStatus{ChecksumType: "sha1", Parts: []panel.BackupPart{}}
 	if err != nil {
 		log.Error("backup failed", "error", err)

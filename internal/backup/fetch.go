@@ -11,8 +11,9 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/wharf/wharf/internal/netguard"
 )
 
 // Restore download timeouts: connecting and the answer's headers are
@@ -88,16 +89,8 @@ func (a *allowlist) allowsIP(ip netip.Addr) bool {
 }
 
 // checkAddr is the dial-time check on the address actually connected to.
-func (a *allowlist) checkAddr(hostAllowed bool, address string) error {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return err
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		return fmt.Errorf("dialling a non-IP address %q", host)
-	}
-	ip = ip.Unmap().WithZone("")
+func (a *allowlist) checkAddr(hostAllowed bool, ip netip.Addr) error {
+	ip = ip.Unmap()
 	if hostAllowed || a.allowsIP(ip) {
 		return nil
 	}
@@ -109,23 +102,13 @@ func (a *allowlist) checkAddr(hostAllowed bool, address string) error {
 	return nil
 }
 
-// downloadClient returns the HTTP client for restore downloads.
+// client returns the HTTP client for restore downloads.
 func (a *allowlist) client() *http.Client {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
+	dial := netguard.DialContext(dialTimeout, func(host, port string, ip netip.Addr) error {
 		host = strings.TrimSuffix(strings.ToLower(host), ".")
 		hostAllowed := a.hosts[host] || (a.origin != "" && net.JoinHostPort(host, port) == a.origin)
-		d := &net.Dialer{
-			Timeout: dialTimeout,
-			ControlContext: func(_ context.Context, _, address string, _ syscall.RawConn) error {
-				return a.checkAddr(hostAllowed, address)
-			},
-		}
-		return d.DialContext(ctx, network, addr)
-	}
+		return a.checkAddr(hostAllowed, ip)
+	})
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:                 nil, // a proxy would hide the address dialled

@@ -10,10 +10,17 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
+	"github.com/wharf/wharf/internal/server"
 )
 
 // restoreStopWait is how long a restore waits for a running server to stop.
 const restoreStopWait = 2 * time.Minute
+
+// usageRefreshTimeout bounds the disk usage walk after a restore. It runs detached from the
+// restore's context (the usage must be right even when the restore was cancelled), and a hung
+// disk must not keep the daemon's shutdown waiting for it forever.
+const usageRefreshTimeout = 5 * time.Minute
 
 // RestoreRequest is the body of the restore endpoint.
 type RestoreRequest struct {
@@ -23,12 +30,13 @@ type RestoreRequest struct {
 }
 
 // Restore checks the request, opens the archive (for object_store: the
-// download, up to its headers) and marks the server restoring, then
-// restores in the background. Errors returned here change nothing: a
-// missing local backup is ErrNotFound, a refused download a
-// *DownloadError, a restore already running ErrRestoring.
+// download, up to its headers) and claims the server's job slot (the
+// server is seen restoring), then restores in the background. Errors
+// returned here change nothing: a missing local backup is ErrNotFound, a
+// refused download a *DownloadError, a server busy with another job (an
+// install, a transfer, a restore, a backup) a *server.BusyError.
 func (s *Service) Restore(ctx context.Context, srv Server, backup string, req RestoreRequest) error {
-	if !ValidUUID(backup) {
+	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
 	var path string
@@ -46,11 +54,9 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	default:
 		return ErrBadAdapter
 	}
-	if srv.IsTransferring() {
-		return ErrBusyServer
-	}
-	if !srv.SetRestoring(true) {
-		return ErrRestoring
+	end, err := srv.BeginJob(server.JobRestore)
+	if err != nil {
+		return err
 	}
 	jctx, cancel := s.jobContext(srv)
 	var src io.ReadCloser
@@ -60,7 +66,7 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		body, err := s.download(jctx, req.DownloadURL)
 		if err != nil {
 			cancel()
-			srv.SetRestoring(false)
+			end()
 			return err
 		}
 		src = body
@@ -68,25 +74,28 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		f, err := os.Open(path)
 		if err != nil {
 			cancel()
-			srv.SetRestoring(false)
+			end()
 			return ErrNotFound
 		}
 		src = f
 	}
 	s.wg.Go(func() {
 		defer cancel()
+		defer end()
 		defer src.Close()
-		s.restore(jctx, srv, backup, req, src)
+		s.restore(jctx, srv, backup, req, src, end)
 	})
 	return nil
 }
 
-func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser) {
+// restore runs a claimed restore; end releases the job slot as soon as the
+// files are in place, before the outcome is announced.
+func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser, end func()) {
 	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
-	srv.SetRestoring(false)
+	end()
 	if err != nil {
 		log.Error("restore failed", "error", err)
 		srv.Publish(events.New(events.DaemonMessage, "The restoration of the backup failed: "+err.Error()))
@@ -104,7 +113,9 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	if nerr := s.panel.SetRestoreStatus(nctx, backup, err == nil); nerr != nil {
 		log.Error("could not report the restore status to the backend", "error", nerr)
 	}
-	if _, uerr := srv.Files().RefreshUsage(context.WithoutCancel(ctx)); uerr != nil {
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), usageRefreshTimeout)
+	defer ucancel()
+	if _, uerr := srv.Files().RefreshUsage(uctx); uerr != nil {
 		log.Warn("disk usage refresh after the restore failed", "error", uerr)
 	}
 }
@@ -142,7 +153,7 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	if req.TruncateDirectory {
 		// For a download, the archive is known to be readable once its
 		// first entry was read: only then is the directory emptied.
-		opts.Ready = func() error { return files.RemoveAll(".") }
+		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
 	}
 	return archive.Extract(ctx, r, files, opts)
 }

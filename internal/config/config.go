@@ -28,12 +28,24 @@ type Config struct {
 
 // API holds the HTTP listener settings.
 type API struct {
-	Host                  string   `yaml:"host" json:"host"`
-	Port                  int      `yaml:"port" json:"port"`
-	SSL                   SSL      `yaml:"ssl" json:"ssl"`
-	DisableRemoteDownload bool     `yaml:"disable_remote_download" json:"disable_remote_download"`
-	UploadLimit           int64    `yaml:"upload_limit" json:"upload_limit"` // MB per uploaded file
-	TrustedProxies        []string `yaml:"trusted_proxies" json:"trusted_proxies"`
+	Host                  string         `yaml:"host" json:"host"`
+	Port                  int            `yaml:"port" json:"port"`
+	SSL                   SSL            `yaml:"ssl" json:"ssl"`
+	DisableRemoteDownload bool           `yaml:"disable_remote_download" json:"disable_remote_download"`
+	UploadLimit           int64          `yaml:"upload_limit" json:"upload_limit"` // MB per uploaded file
+	TrustedProxies        []string       `yaml:"trusted_proxies" json:"trusted_proxies"`
+	RemoteDownload        RemoteDownload `yaml:"remote_download" json:"remote_download"`
+}
+
+// RemoteDownload holds the settings of the file manager's "download from
+// URL" (files/pull).
+type RemoteDownload struct {
+	// MaxRedirects is how many redirects a download follows (each checked).
+	MaxRedirects int `yaml:"max_redirects" json:"max_redirects"`
+	// AllowLoopback lets downloads reach 127.0.0.1 (other loopback
+	// addresses stay refused). For tests only; never changed by POST
+	// /api/update.
+	AllowLoopback bool `yaml:"allow_loopback" json:"allow_loopback"`
 }
 
 // SSL holds the TLS settings of the listener.

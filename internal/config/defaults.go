@@ -11,9 +11,10 @@ func Defaults() *Config {
 	return &Config{
 		AppName: "Wharf",
 		API: API{
-			Host:        "0.0.0.0",
-			Port:        8080,
-			UploadLimit: 100,
+			Host:           "0.0.0.0",
+			Port:           8080,
+			UploadLimit:    100,
+			RemoteDownload: RemoteDownload{MaxRedirects: 10},
 		},
 		System: System{
 			RootDirectory:          "/var/lib/service",

@@ -215,6 +215,10 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "ignore_panel_config_updates")
 	}
 	next.IgnorePanelConfigUpdates = current.IgnorePanelConfigUpdates
+	if next.API.RemoteDownload.AllowLoopback != current.API.RemoteDownload.AllowLoopback {
+		kept = append(kept, "api.remote_download.allow_loopback")
+	}
+	next.API.RemoteDownload.AllowLoopback = current.API.RemoteDownload.AllowLoopback
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	if ns.Timezone == "" {

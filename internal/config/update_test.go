@@ -182,3 +182,23 @@ func TestUpdateWriteFailureAppliesNothing(t *testing.T) {
 		t.Fatal("the running configuration changed although the write failed")
 	}
 }
+
+// api.remote_download.allow_loopback opens the node itself to user
+// downloads: the panel can neither set nor clear it.
+func TestUpdateKeepsRemoteDownloadAllowLoopback(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		s, _ := newStore(t, func(c *Config) { c.API.RemoteDownload.AllowLoopback = local })
+		body := `{"uuid":"0b8f6b7e-9f59-4bd2-8a43-5d0b1fe7c6a1","token_id":"abc","token":"t","remote":"https://panel.example.com",
+			"api":{"remote_download":{"allow_loopback":` + map[bool]string{true: "false", false: "true"}[local] + `,"max_redirects":3}}}`
+		res, err := s.ApplyPanelUpdate(strings.NewReader(body))
+		if err != nil || !res.Applied {
+			t.Fatalf("res=%+v err=%v", res, err)
+		}
+		if got := s.Get().API.RemoteDownload; got.AllowLoopback != local || got.MaxRedirects != 3 {
+			t.Fatalf("remote_download = %+v, want allow_loopback %v kept", got, local)
+		}
+		if !slices.Contains(res.Kept, "api.remote_download.allow_loopback") {
+			t.Errorf("Kept = %v", res.Kept)
+		}
+	}
+}

@@ -47,6 +47,9 @@ func (c *Config) Validate() error {
 	if c.API.UploadLimit < 1 {
 		bad("api.upload_limit", "must be at least 1 (MB)")
 	}
+	if c.API.RemoteDownload.MaxRedirects < 0 || c.API.RemoteDownload.MaxRedirects > 20 {
+		bad("api.remote_download.max_redirects", "must be between 0 and 20")
+	}
 	if c.API.SSL.Enabled {
 		if c.API.SSL.Cert == "" {
 			bad("api.ssl.cert", "is required when api.ssl.enabled is true")

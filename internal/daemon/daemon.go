@@ -23,6 +23,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
@@ -117,6 +118,11 @@ func Run(ctx context.Context, opts Options) error {
 	defer transfers.Close()
 	transfers.CleanupStale(ctx)
 
+	// Remote downloads of the file manager; they end before the servers.
+	pullCfg := store.Get().API.RemoteDownload
+	pulls := pull.New(nodeCtx, pull.Options{MaxRedirects: pullCfg.MaxRedirects, AllowLoopback: pullCfg.AllowLoopback, Log: log})
+	defer pulls.Close()
+
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
@@ -166,8 +172,8 @@ func Run(ctx context.Context, opts Options) error {
 		Log:      log,
 		// One full console throttle window fits in a socket's queue, so a
 		// flood that the throttle lets through (and its notice) reaches
-		// every client that keeps reading.
-		QueueSize: max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256),
+		// every client that keeps reading. Read live: /api/update applies.
+		QueueSize: func() int { return max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256) },
 	})
 	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
 	// them with 1012 before the servers stop.
@@ -177,7 +183,7 @@ func Run(ctx context.Context, opts Options) error {
 		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
 		Tokens: verifier, OneTime: oneTime, Transfers: transfers,
 		Version: opts.Version, BootTime: opts.BootTime,
-		Denylist: denylist, Websockets: hub, Activity: acts,
+		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)

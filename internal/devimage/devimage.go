@@ -55,6 +55,11 @@ var (
 	built   = map[string]bool{}
 )
 
+// Client is the Docker client the builders take. It is an alias so that a
+// caller (dev mode) needs no import of the Docker SDK: only this package,
+// runtime/docker and the test helpers import it (internal/deptest).
+type Client = client.Client
+
 // NewClient returns a Docker client (environment settings, API version
 // negotiated) after checking that the engine answers.
 func NewClient(ctx context.Context) (*client.Client, error) {

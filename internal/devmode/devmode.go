@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"time"
 
-	dockerclient "github.com/docker/docker/client"
 	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
@@ -147,7 +146,7 @@ func ensureDevImages(ctx context.Context, out io.Writer) {
 	defer cli.Close()
 	for _, img := range []struct {
 		tag   string
-		build func(context.Context, *dockerclient.Client, string) error
+		build func(context.Context, *devimage.Client, string) error
 	}{
 		{devGameServerImage, devimage.GameServer},
 		{devInstallerImage, devimage.Busybox},

@@ -114,3 +114,37 @@ func TestPowerStartCommandStop(t *testing.T) {
 		}
 	}
 }
+
+// A stop the game server ignores, a start queued behind it (wait_seconds 60,
+// then none: 30), then a kill: the kill ends the stop, and the queued start
+// runs once the server is offline and ends in running, as with Wings. A
+// queued start whose wait runs out says why on the console.
+func TestPowerQueuedStartSurvivesAKill(t *testing.T) {
+	s := newGameServer(t)
+	s.ProcessConfiguration["stop"] = map[string]any{"type": "command", "value": "ignored-stop"}
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
+	n.power(s.UUID, "start")
+	n.waitState(s.UUID, "running", 60*time.Second)
+	for _, start := range []map[string]any{{"action": "start", "wait_seconds": 60}, {"action": "start"}} {
+		n.power(s.UUID, "stop")
+		n.waitState(s.UUID, "stopping", 30*time.Second)
+		n.waitLog(s.UUID, "Unknown command: ignored-stop")
+		if res, body := n.request("POST", "/api/servers/"+s.UUID+"/power", start, ""); res.StatusCode != 202 {
+			t.Fatalf("queued start %v: %d %s", start, res.StatusCode, body)
+		}
+		n.power(s.UUID, "kill")
+		n.waitState(s.UUID, "running", 60*time.Second)
+		if lines := strings.Join(n.logs(s.UUID), "\n"); strings.Contains(lines, "Power action") {
+			t.Fatalf("a power action was reported on the console:\n%s", lines)
+		}
+	}
+
+	n.power(s.UUID, "stop")
+	n.waitState(s.UUID, "stopping", 30*time.Second)
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/power", map[string]any{"action": "start", "wait_seconds": 1}, ""); res.StatusCode != 202 {
+		t.Fatalf("queued start: %d %s", res.StatusCode, body)
+	}
+	n.waitLog(s.UUID, "Power action start was not run: timed out waiting for the power lock.")
+	n.power(s.UUID, "kill")
+	n.waitState(s.UUID, "offline", 60*time.Second)
+}

@@ -2,9 +2,16 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 )
@@ -69,4 +76,128 @@ func TestRestartAfterHostRebootStartsServer(t *testing.T) {
 	n.waitLog(s.UUID, "Done (")
 	n.power(s.UUID, "kill")
 	n.waitState(s.UUID, "offline", 60*time.Second)
+}
+
+// assertRefusedPower checks that a start is refused (409) because of job.
+func (n *node) assertRefusedPower(id, job string) {
+	n.t.Helper()
+	res, body := n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": "start"}, "")
+	if res.StatusCode != 409 || !strings.Contains(string(body), job) {
+		n.t.Fatalf("start during the job: %d %s, want 409 naming %q", res.StatusCode, body, job)
+	}
+}
+
+// assertFreeAfterRestart: the restarted daemon shows no job on the server
+// (offline, not suspended by a restore), and a start is accepted and
+// reaches running.
+func (n *node) assertFreeAfterRestart(id string) {
+	n.t.Helper()
+	d := n.details(id)
+	if d["state"] != "offline" || d["is_suspended"] != false {
+		n.t.Fatalf("after the restart: state %v, is_suspended %v", d["state"], d["is_suspended"])
+	}
+	n.power(id, "start")
+	n.waitState(id, "running", 60*time.Second)
+	n.power(id, "kill")
+	n.waitState(id, "offline", 60*time.Second)
+}
+
+// kill -9 of the daemon while an install runs: after the restart the
+// server is not installing and starts.
+func TestRestartKill9DuringInstall(t *testing.T) {
+	s := newGameServer(t)
+	testimages.Busybox(context.Background(), t)
+	s.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh", Script: "sleep 30\n"}
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/install", nil, ""); res.StatusCode != 202 {
+		t.Fatalf("install: %d %s", res.StatusCode, body)
+	}
+	cli := testimages.Client(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer"); err == nil && info.State.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the installer never ran\n%s", n.log)
+		}
+	}
+	n.assertRefusedPower(s.UUID, "installing")
+
+	n.kill9()
+	n.restart()
+	n.assertFreeAfterRestart(s.UUID)
+}
+
+// kill -9 of the daemon while a restore runs (10 MiB/s, 30 MiB): after the
+// restart the server is not restoring (nor suspended) and starts.
+func TestRestartKill9DuringRestore(t *testing.T) {
+	s := newGameServer(t)
+	n := startNode(t, nodeOptions{
+		servers: []devpanel.Server{s},
+		mutate:  func(c *config.Config) { c.System.Backups.WriteLimit = 10; c.System.Backups.CompressionLevel = "none" },
+	})
+	big := make([]byte, 30<<20)
+	rand.Read(big)
+	if err := os.WriteFile(filepath.Join(n.serverDir(s.UUID), "world.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := n.localBackupOf(s.UUID)
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/backup/"+b+"/restore", map[string]any{"adapter": "local"}, ""); res.StatusCode != 202 {
+		t.Fatalf("restore: %d %s", res.StatusCode, body)
+	}
+	if d := n.details(s.UUID); d["is_suspended"] != true {
+		t.Fatalf("not suspended during the restore: %v", d["is_suspended"])
+	}
+	n.assertRefusedPower(s.UUID, "restored")
+	time.Sleep(500 * time.Millisecond) // in the middle of the archive
+
+	n.kill9()
+	n.restart()
+	n.assertFreeAfterRestart(s.UUID)
+}
+
+// kill -9 of the daemon while it sends a server (to a target that reads
+// slowly): after the restart the server is not transferring and starts.
+func TestRestartKill9DuringTransfer(t *testing.T) {
+	s := newGameServer(t)
+	received := make(chan struct{}, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := r.Body.Read(buf); err != nil {
+				return
+			}
+			select {
+			case received <- struct{}{}:
+			default:
+			}
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(target.Close)
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
+	big := make([]byte, 8<<20)
+	rand.Read(big)
+	if err := os.WriteFile(filepath.Join(n.serverDir(s.UUID), "world.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.power(s.UUID, "start")
+	n.waitState(s.UUID, "running", 60*time.Second)
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/transfer", map[string]any{"url": target.URL + "/api/transfers", "token": "Bearer x"}, ""); res.StatusCode != 202 {
+		t.Fatalf("transfer: %d %s", res.StatusCode, body)
+	}
+	select {
+	case <-received:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the target never received anything\n%s", n.log)
+	}
+	n.assertRefusedPower(s.UUID, "transferred")
+
+	n.kill9()
+	n.restart()
+	n.assertFreeAfterRestart(s.UUID)
 }

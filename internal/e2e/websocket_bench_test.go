@@ -108,7 +108,10 @@ func BenchmarkWebsocketFanout(b *testing.B) {
 }
 
 // BenchmarkWebsocketIdleMemory: 500 idle authenticated sockets (over 17
-// servers, at most 30 each); reports the daemon's resident memory per socket.
+// servers, at most 30 each). Reports the daemon's resident memory per
+// socket (RSS growth from before the sockets to after they stayed idle for
+// 20 s, divided by 500), and its CPU over those 20 s (next to its CPU over
+// 10 s without sockets, the floor of the daemon's own timers).
 func BenchmarkWebsocketIdleMemory(b *testing.B) {
 	testimages.RequireDocker(b)
 	var defs []devpanel.Server
@@ -121,16 +124,86 @@ func BenchmarkWebsocketIdleMemory(b *testing.B) {
 	// Warm up the code paths once, then measure.
 	w := n.dialAuthed(b, defs[0].UUID, n.sign(b, wsClaims(defs[0].UUID, wsUser1, "*")))
 	_ = w.c.Close(websocket.StatusNormalClosure, "")
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(2 * time.Second)
+	const floorWindow, idleWindow = 10 * time.Second, 20 * time.Second
+	cpu0, t0 := procCPU(b, pid), time.Now()
+	time.Sleep(floorWindow)
+	floor := procCPU(b, pid) - cpu0
+	floorEl := time.Since(t0)
 	rss0 := procRSS(b, pid)
 	for i := range 500 {
 		id := defs[i%17].UUID
 		n.dialAuthed(b, id, n.sign(b, wsClaims(id, wsUser1, "*")))
 	}
 	time.Sleep(2 * time.Second)
+	cpu1, t1 := procCPU(b, pid), time.Now()
+	time.Sleep(idleWindow)
+	idle := procCPU(b, pid) - cpu1
+	idleEl := time.Since(t1)
 	rss1 := procRSS(b, pid)
 	b.ReportMetric(float64(rss1-rss0)/500/1024, "KiB/socket")
 	b.ReportMetric(float64(rss1)/(1<<20), "daemon-RSS-MiB")
+	b.ReportMetric(100*idle.Seconds()/idleEl.Seconds(), "idle-cpu-%-500-sockets")
+	b.ReportMetric(100*floor.Seconds()/floorEl.Seconds(), "idle-cpu-%-no-socket")
+}
+
+// BenchmarkWebsocketConsoleDelivery: 30 authenticated clients (a server's
+// maximum) watch one server that prints 1,000 console lines per second
+// (100 every 100 ms) for 20 s. Reports the daemon's CPU per delivered
+// console message (all of the daemon's CPU over the window, reading the
+// container's output included, divided by the messages the clients
+// received) and its resident memory at the end.
+func BenchmarkWebsocketConsoleDelivery(b *testing.B) {
+	testimages.RequireDocker(b)
+	testimages.GameServer(context.Background(), b)
+	id := benchServerID(200)
+	n := startNode(b, nodeOptions{servers: []devpanel.Server{gameServer(id)}})
+	b.Cleanup(func() { n.request("DELETE", "/api/servers/"+id, nil, "") })
+	n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": "start"}, "")
+	n.waitState(id, "running", 60*time.Second)
+	waitNextSecond()
+	const clients = 30
+	var received atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range clients {
+		w := n.dialAuthed(b, id, n.sign(b, wsClaims(id, wsUser1, "*")))
+		wg.Go(func() {
+			for {
+				_, data, err := w.c.Read(ctx)
+				if err != nil {
+					return
+				}
+				if strings.Contains(string(data), `"console output"`) {
+					received.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	const window = 20 * time.Second
+	pid := n.cmd.Process.Pid
+	received.Store(0)
+	cpu0, t0 := procCPU(b, pid), time.Now()
+	tick := time.NewTicker(100 * time.Millisecond)
+	sent := 0
+	for time.Since(t0) < window {
+		n.request("POST", "/api/servers/"+id+"/commands", map[string]any{"commands": []string{"flood 100"}}, "")
+		sent++
+		<-tick.C
+	}
+	tick.Stop()
+	time.Sleep(500 * time.Millisecond) // the last lines arrive
+	cpu := procCPU(b, pid) - cpu0
+	got := received.Load()
+	rss := procRSS(b, pid)
+	cancel()
+	wg.Wait()
+	want := int64(sent) * 100 * clients
+	b.ReportMetric(float64(cpu.Microseconds())/float64(got), "µs-cpu/msg")
+	b.ReportMetric(float64(got)/float64(want)*100, "%-delivered")
+	b.ReportMetric(float64(rss)/(1<<20), "daemon-RSS-MiB")
 }
 
 // dialAuthed opens and authenticates a socket without a reading goroutine.

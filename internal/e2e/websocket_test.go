@@ -295,7 +295,8 @@ func TestWebsocketTokenExpiry(t *testing.T) {
 }
 
 // TestWebsocketSuspension: a sync that finds the server suspended closes
-// its sockets with 4409; a new socket is closed with 4409 at once.
+// its sockets with 1000; a new socket is closed with 1000 at once (the
+// panel's console does not reconnect after 1000).
 func TestWebsocketSuspension(t *testing.T) {
 	n := startWSNode(t, nil)
 	a1, a2 := n.mustDial(t, wsServerA), n.mustDial(t, wsServerA)
@@ -308,14 +309,61 @@ func TestWebsocketSuspension(t *testing.T) {
 		t.Fatalf("sync: %d %s", res.StatusCode, body)
 	}
 	for i, w := range []*wsClient{a1, a2} {
-		if code := w.closed(2 * time.Second); code != 4409 {
-			t.Fatalf("socket %d closed with %d, want 4409", i, code)
+		if code := w.closed(2 * time.Second); code != websocket.StatusNormalClosure {
+			t.Fatalf("socket %d closed with %d, want 1000", i, code)
 		}
 	}
 	b.send("send stats")
 	b.expect("stats", 5*time.Second, nil)
-	if code := n.mustDial(t, wsServerA).closed(2 * time.Second); code != 4409 {
+	if code := n.mustDial(t, wsServerA).closed(2 * time.Second); code != websocket.StatusNormalClosure {
 		t.Fatalf("new socket on a suspended server closed with %d", code)
+	}
+}
+
+// The panel's console (panelConsole) recovers by itself from a daemon
+// restart and from an expired token, and stops reconnecting when the
+// server is suspended: each ends within a few seconds in an authenticated
+// console or in a closed socket that stays closed (issue 12 part 7).
+
+func TestWebsocketPanelConsoleDaemonRestart(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	p := n.openPanelConsole(t, wsServerA, mint(), mint)
+	p.waitAuthed(5 * time.Second)
+	n.stop()
+	waitFor(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed })
+	n.restart()
+	start := time.Now()
+	// The stored token was issued before the boot: the daemon's answer must
+	// make the panel fetch a new one.
+	p.waitAuthed(5 * time.Second)
+	t.Logf("console authenticated %s after the daemon answered: %s", time.Since(start), p)
+}
+
+func TestWebsocketPanelConsoleExpiredToken(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	// A laptop wakes up: the socket dropped while it slept, and the stored
+	// token has expired since.
+	stale := wsClaims(wsServerA, wsUser1, "*")
+	stale["exp"] = time.Now().Add(-time.Minute).Unix()
+	start := time.Now()
+	p := n.openPanelConsole(t, wsServerA, n.sign(t, stale), mint)
+	p.waitAuthed(5 * time.Second)
+	t.Logf("console authenticated after %s: %s", time.Since(start), p)
+}
+
+func TestWebsocketPanelConsoleSuspended(t *testing.T) {
+	n := startWSNode(t, nil)
+	mint := func() string { return n.sign(t, wsClaims(wsServerA, wsUser1, "*")) }
+	p := n.openPanelConsole(t, wsServerA, mint(), mint)
+	p.waitAuthed(5 * time.Second)
+	n.Panel.UpdateSettings(wsServerA, "suspended", true)
+	if res, body := n.request("POST", "/api/servers/"+wsServerA+"/sync", nil, ""); res.StatusCode/100 != 2 {
+		t.Fatalf("sync: %d %s", res.StatusCode, body)
+	}
+	if code := p.waitGivenUp(3*time.Second, 3*time.Second); code != websocket.StatusNormalClosure {
+		t.Fatalf("closed for good with %d, want 1000: %s", code, p)
 	}
 }
 

@@ -5,8 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +249,184 @@ func tail(s []string, n int) []string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// panelConsole drives a socket as the Pterodactyl panel's browser console
+// does (its Websocket.ts on sockette, driven by WebsocketHandler):
+//   - it reconnects one second after any close but 1000, 1001 and 1005
+//     (also after a failed dial), and re-sends the stored token on every
+//     open;
+//   - it fetches a new token (mint) only on `token expiring`, `token
+//     expired`, and a `jwt error` whose text contains one of
+//     panelRefreshTexts, then sends it on the open socket; any other `jwt
+//     error` is the "please refresh the page" dead end, counted in
+//     refreshPage.
+type panelConsole struct {
+	t    testing.TB
+	url  string
+	mint func() string
+
+	mu          sync.Mutex
+	token       string
+	conn        *websocket.Conn
+	opens       int                  // sockets opened
+	authed      bool                 // the current socket is authenticated
+	final       websocket.StatusCode // the close that ended reconnecting (0 while it goes on)
+	refreshPage []string             // jwt error texts the panel gives up on
+	closes      []websocket.StatusCode
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// panelRefreshTexts: the panel fetches a new token after a `jwt error`
+// only when its text contains one of these.
+var panelRefreshTexts = []string{"jwt: exp claim is invalid", "jwt: created too far in past (denylist)"}
+
+// openPanelConsole starts a console on server with a stored token; mint
+// plays the panel's token endpoint.
+func (n *node) openPanelConsole(t testing.TB, server, token string, mint func() string) *panelConsole {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &panelConsole{t: t, url: n.wsURL(server), mint: mint, token: token, cancel: cancel, done: make(chan struct{})}
+	go p.run(ctx)
+	t.Cleanup(func() { cancel(); <-p.done })
+	return p
+}
+
+func (p *panelConsole) run(ctx context.Context) {
+	defer close(p.done)
+	for ctx.Err() == nil {
+		code := p.session(ctx)
+		p.mu.Lock()
+		p.authed = false
+		p.closes = append(p.closes, code)
+		if code == websocket.StatusNormalClosure || code == websocket.StatusGoingAway || code == websocket.StatusNoStatusRcvd {
+			p.final = code
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// session runs one socket and returns its close code (1006 when it ended
+// without a close frame or could not open).
+func (p *panelConsole) session(ctx context.Context) websocket.StatusCode {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	c, _, err := websocket.Dial(dctx, p.url, nil)
+	cancel()
+	if err != nil {
+		return websocket.StatusAbnormalClosure
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(-1)
+	p.mu.Lock()
+	p.conn = c
+	p.opens++
+	token := p.token
+	p.mu.Unlock()
+	p.write(ctx, c, "auth", token)
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			if code := websocket.CloseStatus(err); code != -1 {
+				return code
+			}
+			return websocket.StatusAbnormalClosure
+		}
+		var m wsMsg
+		if json.Unmarshal(data, &m) != nil {
+			continue
+		}
+		switch m.Event {
+		case "auth success":
+			p.mu.Lock()
+			p.authed = true
+			p.mu.Unlock()
+		case "token expiring", "token expired":
+			p.refresh(ctx, c)
+		case "jwt error":
+			p.mu.Lock()
+			p.authed = false
+			p.mu.Unlock()
+			text := strings.ToLower(strings.Join(m.Args, ""))
+			if slices.ContainsFunc(panelRefreshTexts, func(s string) bool { return strings.Contains(text, s) }) {
+				p.refresh(ctx, c)
+				continue
+			}
+			p.mu.Lock()
+			p.refreshPage = append(p.refreshPage, text)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// refresh fetches a new token, stores it and authenticates with it.
+func (p *panelConsole) refresh(ctx context.Context, c *websocket.Conn) {
+	tok := p.mint()
+	p.mu.Lock()
+	p.token = tok
+	p.mu.Unlock()
+	p.write(ctx, c, "auth", tok)
+}
+
+func (p *panelConsole) write(ctx context.Context, c *websocket.Conn, event string, args ...string) {
+	b, _ := json.Marshal(wsMsg{Event: event, Args: args})
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = c.Write(wctx, websocket.MessageText, b)
+}
+
+// state reports whether the current socket is authenticated, the close
+// that ended reconnecting (0 while it goes on), and how many sockets were
+// opened so far.
+func (p *panelConsole) state() (authed bool, final websocket.StatusCode, opens int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.authed, p.final, p.opens
+}
+
+func (p *panelConsole) String() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("opens=%d authed=%v final=%d closes=%v refresh-page errors=%q", p.opens, p.authed, p.final, p.closes, p.refreshPage)
+}
+
+// waitAuthed fails unless the console is authenticated within d.
+func (p *panelConsole) waitAuthed(d time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if authed, _, _ := p.state(); authed {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("the panel's console is not authenticated within %s: %s", d, p)
+}
+
+// waitGivenUp fails unless the console's socket is closed for good (a
+// close the panel does not reconnect after) within d, and no socket is
+// opened in the following stay.
+func (p *panelConsole) waitGivenUp(d, stay time.Duration) websocket.StatusCode {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		_, final, opens := p.state()
+		if final != 0 {
+			time.Sleep(stay)
+			if _, _, after := p.state(); after != opens {
+				p.t.Fatalf("the console reopened its socket: %s", p)
+			}
+			return final
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("the panel's console still reconnects after %s: %s", d, p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"path"
 	"strings"
 )
 
@@ -26,15 +27,23 @@ const MaxFileSize int64 = 64 << 20
 // FilePerm is the mode given to the files written (created or rewritten).
 const FilePerm fs.FileMode = 0o644
 
+// DirPerm is the mode given to the missing parent directories of a file that is created (as
+// Wings does: an entry "plugins/Example/config.yml" creates plugins/ and plugins/Example/).
+const DirPerm fs.FileMode = 0o755
+
 // FS is the confined filesystem of one server. Names are relative to the server root.
 type FS interface {
 	// ReadFile returns the file's content; an error satisfying errors.Is(err, fs.ErrNotExist)
 	// when it is missing; it must refuse (error) files larger than limit bytes without reading
 	// them whole.
 	ReadFile(name string, limit int64) ([]byte, error)
-	// WriteFileAtomic writes via a temporary file + fsync + rename, creating parent directories
-	// (0755); a crash mid-write leaves the old file.
+	// WriteFileAtomic writes via a temporary file + fsync + rename into an existing directory;
+	// a crash mid-write leaves the old file.
 	WriteFileAtomic(name string, r io.Reader, perm fs.FileMode) error
+	// MkdirAll creates name and its missing parents with mode perm, owned as every other file
+	// of the server, and refuses (error) to create anything through a symbolic link that leads
+	// out of the root. Existing directories are accepted.
+	MkdirAll(name string, perm fs.FileMode) error
 }
 
 // Vars holds the only node configuration values that may be substituted into files.
@@ -161,6 +170,13 @@ func applyFile(fsys FS, f *File, vars Vars, logger *slog.Logger) error {
 		return errors.Join(append([]error{fmt.Errorf("%w: %w", ErrParse, fatal)}, ruleErrs...)...)
 	}
 	if changed || !exists {
+		if !exists {
+			if dir := path.Dir(f.File); dir != "." && dir != "/" {
+				if err := fsys.MkdirAll(dir, DirPerm); err != nil {
+					return errors.Join(append([]error{fmt.Errorf("create parent directories: %w", err)}, ruleErrs...)...)
+				}
+			}
+		}
 		if err := fsys.WriteFileAtomic(f.File, bytes.NewReader(out), FilePerm); err != nil {
 			return errors.Join(append([]error{fmt.Errorf("write: %w", err)}, ruleErrs...)...)
 		}

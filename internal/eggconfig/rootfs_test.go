@@ -14,7 +14,7 @@ import (
 
 // rootFS is a test implementation of FS on os.Root that follows the contract the sandbox
 // implements: reads are size-checked before reading, writes go through a temporary file, fsync
-// and rename, with parent directories created 0755.
+// and rename into an existing directory, MkdirAll creates parents.
 type rootFS struct {
 	root *os.Root
 }
@@ -57,9 +57,6 @@ func (r *rootFS) ReadFile(name string, limit int64) ([]byte, error) {
 
 func (r *rootFS) WriteFileAtomic(name string, src io.Reader, perm fs.FileMode) error {
 	dir := path.Dir(name)
-	if err := r.root.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := path.Join(dir, "."+path.Base(name)+".tmp-"+hex.EncodeToString(rnd[:]))
@@ -85,6 +82,10 @@ func (r *rootFS) WriteFileAtomic(name string, src io.Reader, perm fs.FileMode) e
 		return err
 	}
 	return nil
+}
+
+func (r *rootFS) MkdirAll(name string, perm fs.FileMode) error {
+	return r.root.MkdirAll(name, perm)
 }
 
 func newTestLogger(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }

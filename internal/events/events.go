@@ -5,6 +5,11 @@
 // that does not fit is dropped for that subscriber only. The subscriber can ask
 // how long its queue has been full, so a consumer that stopped reading can be
 // disconnected without slowing the publisher or other subscribers.
+//
+// Two kinds of subscribers: a Subscription receives Events on a channel of
+// fixed size (tests, in-process consumers); a Queue receives Frames, each
+// event encoded once for all queues, and holds memory only while it has
+// frames (websocket sessions, which are many and mostly idle).
 package events
 
 import (
@@ -46,12 +51,13 @@ func New(name string, args ...string) Event {
 type Bus struct {
 	mu     sync.RWMutex
 	subs   map[*Subscription]struct{}
+	queues map[*Queue]struct{}
 	closed bool
 }
 
 // NewBus returns an empty bus.
 func NewBus() *Bus {
-	return &Bus{subs: make(map[*Subscription]struct{})}
+	return &Bus{subs: make(map[*Subscription]struct{}), queues: make(map[*Queue]struct{})}
 }
 
 // Subscription receives events from a Bus through C.
@@ -95,6 +101,13 @@ func (b *Bus) Publish(e Event) {
 	for s := range b.subs {
 		s.offer(e)
 	}
+	if len(b.queues) == 0 {
+		return
+	}
+	f := Encode(e)
+	for q := range b.queues {
+		q.offer(f)
+	}
 }
 
 // Close closes every subscription's channel; later subscriptions are born closed.
@@ -109,13 +122,22 @@ func (b *Bus) Close() {
 		s.once.Do(func() { close(s.ch) })
 	}
 	b.subs = map[*Subscription]struct{}{}
+	for q := range b.queues {
+		q.mu.Lock()
+		q.bus, q.gone = nil, true
+		q.mu.Unlock()
+		if q.notify != nil {
+			q.notify()
+		}
+	}
+	b.queues = map[*Queue]struct{}{}
 }
 
-// Subscribers reports how many subscriptions are open.
+// Subscribers reports how many subscriptions and queues are attached.
 func (b *Bus) Subscribers() int {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return len(b.subs)
+	return len(b.subs) + len(b.queues)
 }
 
 func (s *Subscription) offer(e Event) {

@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
@@ -41,6 +42,8 @@ type Deps struct {
 	Websockets *wsapi.Hub
 	// Activity queues activity records for the backend; nil records nothing.
 	Activity *activity.Queue
+	// Pulls runs the file manager's remote downloads; nil disables them.
+	Pulls *pull.Service
 	// OnConfigApplied runs after POST /api/update applied a new configuration.
 	OnConfigApplied func(old, next *config.Config)
 }

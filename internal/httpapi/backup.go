@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -20,7 +21,7 @@ func (a *API) postBackup(w http.ResponseWriter, r *http.Request, s *server.Serve
 	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		return errBadUUID
 	}
 	adapter, err := backup.ParseAdapter(req.Adapter)
@@ -44,7 +45,7 @@ type restoreRequest struct {
 // a refused download) and restores in the background (202).
 func (a *API) postRestore(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	id := r.PathValue("backup")
-	if !isUUID(id) {
+	if !ids.IsUUID(id) {
 		return backup.ErrBadUUID
 	}
 	var req restoreRequest

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -115,9 +113,4 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 // the client's own body.
 func badBody(err error) error {
 	return usererr.New(usererr.Invalid, "The data passed in the request was not in a parsable format: "+err.Error())
-}
-
-func isUUID(s string) bool {
-	_, err := uuid.Parse(s)
-	return err == nil && len(s) == 36
 }

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
-	"github.com/wharf/wharf/internal/usererr"
 )
 
 // maxJSONBody bounds small JSON request bodies.
@@ -20,19 +20,6 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return badBody(err)
 	}
 	return nil
-}
-
-// decodeJSON is readJSON for handlers that answer their errors themselves
-// (written before handlers returned errors): it answers the 400 itself and
-// reports whether v was read.
-//
-//lint:ignore U1000 the file manager handlers, written on another branch, still call it.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	err := readJSON(w, r, v)
-	if ue, ok := usererr.From(err); ok {
-		writeError(w, r, statusOf(ue.Kind), ue.Message)
-	}
-	return err == nil
 }
 
 type powerRequest struct {
@@ -105,13 +92,9 @@ func (a *API) getLogs(w http.ResponseWriter, r *http.Request, s *server.Server) 
 
 func (a *API) postInstall(reinstall bool) serverHandler {
 	return func(w http.ResponseWriter, r *http.Request, s *server.Server) error {
-		if s.IsInstalling() {
-			return server.ErrInstalling
-		}
-		if err := s.CheckPower(server.PowerStop); err != nil {
+		if err := s.InstallAsync(reinstall); err != nil {
 			return err
 		}
-		s.InstallAsync(reinstall)
 		w.WriteHeader(http.StatusAccepted)
 		return nil
 	}
@@ -126,6 +109,9 @@ func (a *API) postSync(w http.ResponseWriter, r *http.Request, s *server.Server)
 }
 
 func (a *API) deleteServer(w http.ResponseWriter, r *http.Request, s *server.Server) error {
+	if a.Pulls != nil {
+		a.Pulls.CancelServer(s.UUID()) // its downloads would write into a removed tree
+	}
 	if err := a.Servers.Delete(r.Context(), s); err != nil {
 		return err
 	}
@@ -143,7 +129,7 @@ func (a *API) postServers(w http.ResponseWriter, r *http.Request) error {
 	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
-	if !isUUID(req.UUID) {
+	if !ids.IsUUID(req.UUID) {
 		return errBadUUID
 	}
 	if _, err := a.Servers.Create(r.Context(), req.UUID, req.StartOnCompletion); err != nil {

@@ -58,5 +58,21 @@ func (a *API) routes() []route {
 		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
 		{"POST /api/transfers", authSigned, a.handle(a.postTransfers)},
 		{"DELETE /api/transfers/{server}", authBearer, a.handle(a.deleteIncomingTransfer)},
+
+		// File manager
+		{"GET /api/servers/{server}/files/contents", authBearer, a.withServer(a.getFileContents)},
+		{"GET /api/servers/{server}/files/list-directory", authBearer, a.withServer(a.getListDirectory)},
+		{"PUT /api/servers/{server}/files/rename", authBearer, a.withServer(a.putRename)},
+		{"POST /api/servers/{server}/files/copy", authBearer, a.withServer(a.postCopy)},
+		{"POST /api/servers/{server}/files/write", authBearer, a.withServer(a.postWrite)},
+		{"POST /api/servers/{server}/files/create-directory", authBearer, a.withServer(a.postCreateDirectory)},
+		{"POST /api/servers/{server}/files/delete", authBearer, a.withServer(a.postDelete)},
+		{"POST /api/servers/{server}/files/chmod", authBearer, a.withServer(a.postChmod)},
+		{"POST /api/servers/{server}/files/compress", authBearer, a.withServer(a.postCompress)},
+		{"POST /api/servers/{server}/files/decompress", authBearer, a.withServer(a.postDecompress)},
+		{"GET /api/servers/{server}/files/search", authBearer, a.withServer(a.getSearch)},
+		{"GET /api/servers/{server}/files/pull", authBearer, a.withServer(a.getPulls)},
+		{"POST /api/servers/{server}/files/pull", authBearer, a.withServer(a.postPull)},
+		{"DELETE /api/servers/{server}/files/pull/{download}", authBearer, a.withServer(a.deletePull)},
 	}
 }

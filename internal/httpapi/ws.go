@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/coder/websocket"
+
+	"github.com/wharf/wharf/internal/wsapi"
 )
 
 // getWebsocket upgrades GET /api/servers/{server}/ws. It needs no bearer
@@ -25,17 +27,19 @@ func (a *API) getWebsocket(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return errTooManyWS
 	}
-	defer release()
 	liftBodyDeadline(w)
 	w.Header().Set("Content-Security-Policy", "default-src 'self'")
 	w.Header().Set("X-Frame-Options", "DENY")
-	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+	sock, err := wsapi.Accept(w, r, &websocket.AcceptOptions{
 		// The Origin was checked above against the backend and allowed_origins.
 		InsecureSkipVerify: true,
 	})
 	if err != nil {
+		release()
 		return nil // Accept has answered the client
 	}
-	a.Websockets.Serve(r.Context(), conn, s, a.clientIP(r))
+	// The session runs on in the hub; this handler returns so that the
+	// HTTP server frees what it holds for the request.
+	a.Websockets.Go(sock, s, a.clientIP(r), release)
 	return nil
 }

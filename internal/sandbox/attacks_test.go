@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -122,8 +123,8 @@ func operations(fx *fixture) []op {
 		{"copy-to", func(f *FS, n string) (string, error) { return "", f.Copy("top.txt", n) }},
 		{"remove", func(f *FS, n string) (string, error) { return "", f.Remove(n) }},
 		{"remove-child", func(f *FS, n string) (string, error) { return "", f.Remove(n + "/secret.txt") }},
-		{"removeall", func(f *FS, n string) (string, error) { return "", f.RemoveAll(n) }},
-		{"removeall-child", func(f *FS, n string) (string, error) { return "", f.RemoveAll(n + "/sub") }},
+		{"removeall", func(f *FS, n string) (string, error) { return "", f.RemoveAll(context.Background(), n) }},
+		{"removeall-child", func(f *FS, n string) (string, error) { return "", f.RemoveAll(context.Background(), n+"/sub") }},
 		{"chmod", func(f *FS, n string) (string, error) { return "", f.Chmod(n, 0o777) }},
 		{"chown", func(f *FS, n string) (string, error) { return "", f.Chown(n, 4242, 4242) }},
 		{"lchown", func(f *FS, n string) (string, error) { return "", f.Lchown(n, 4242, 4242) }},
@@ -275,7 +276,7 @@ func TestF4DeleteThroughLink(t *testing.T) {
 	if !errors.Is(errExisting, ErrOutsideRoot) || !errors.Is(errMissing, ErrOutsideRoot) {
 		t.Fatalf("remove through link: existing=%v missing=%v, want ErrOutsideRoot for both", errExisting, errMissing)
 	}
-	if err := fx.fs.RemoveAll("dirlink/sub"); !errors.Is(err, ErrOutsideRoot) {
+	if err := fx.fs.RemoveAll(context.Background(), "dirlink/sub"); !errors.Is(err, ErrOutsideRoot) {
 		t.Fatalf("RemoveAll(dirlink/sub) = %v", err)
 	}
 	fx.assertOutsideUnchanged(t, before)
@@ -285,7 +286,7 @@ func TestF4DeleteThroughLink(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"reldirlink/", "relfilelink"} {
-		if err := fx.fs.RemoveAll(n); err != nil {
+		if err := fx.fs.RemoveAll(context.Background(), n); err != nil {
 			t.Fatalf("RemoveAll(%q) = %v", n, err)
 		}
 		if _, err := os.Lstat(filepath.Join(fx.root, strings.TrimSuffix(n, "/"))); !errors.Is(err, fs.ErrNotExist) {
@@ -342,11 +343,18 @@ func TestF5InRootLinksKeepWorking(t *testing.T) {
 	if es, err := f.ReadDir("goodlink/"); err != nil || len(es) == 0 {
 		t.Fatalf("list via goodlink: %v %v", es, err)
 	}
-	if err := f.Chmod("goodfilelink", 0o600); err != nil {
+	// Chmod never follows a final link, even one that stays inside.
+	if err := f.Chmod("goodfilelink", 0o600); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("chmod of an in-root link = %v, want ErrInvalid", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(fx.root, "inside", "file.txt")); fi.Mode().Perm() == 0o600 {
+		t.Fatalf("chmod followed an in-root link: %v", fi.Mode())
+	}
+	if err := f.Chmod("goodlink/file.txt", 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(filepath.Join(fx.root, "inside", "file.txt")); fi.Mode().Perm() != 0o600 {
-		t.Fatalf("chmod via in-root link: %v", fi.Mode())
+		t.Fatalf("chmod below an in-root directory link: %v", fi.Mode())
 	}
 	if fi, err := f.Stat("goodlink/."); err != nil || !fi.IsDir() {
 		t.Fatalf("stat goodlink/.: %v %v", fi, err)
@@ -363,7 +371,7 @@ func TestF6ChmodChownChtimesDoNotFollow(t *testing.T) {
 	fx := newFixture(t)
 	before := fx.snapshot(t)
 	for _, n := range []string{"filelink", "dirlink", "dirlink/secret.txt", "relfilelink"} {
-		if err := fx.fs.Chmod(n, 0o777); !errors.Is(err, ErrOutsideRoot) {
+		if err := fx.fs.Chmod(n, 0o777); !errors.Is(err, ErrOutsideRoot) && !errors.Is(err, ErrInvalid) {
 			t.Errorf("Chmod(%q) = %v", n, err)
 		}
 		if err := fx.fs.Chown(n, 1234, 1234); !errors.Is(err, ErrOutsideRoot) {
@@ -514,7 +522,7 @@ func TestF7DenylistEveryOperation(t *testing.T) {
 			"copy-from":   f.Copy(n, "copy"),
 			"copy-to":     f.Copy("ok.txt", n),
 			"remove":      f.Remove(n),
-			"removeall":   f.RemoveAll(n),
+			"removeall":   f.RemoveAll(context.Background(), n),
 			"chmod":       f.Chmod(n, 0o600),
 			"chown":       f.Lchown(n, 1, 1),
 			"chtimes":     f.Chtimes(n, t0, t0),
@@ -688,4 +696,53 @@ func TestOpenEntryStaysInside(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+}
+
+// ReadHead reads the entry itself: a link (even one swapped in for a file)
+// is not followed, and a FIFO does not block.
+func TestReadHeadNeverFollowsOrBlocks(t *testing.T) {
+	fx := newFixture(t)
+	if err := syscall.Mkfifo(filepath.Join(fx.root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fx.root, "plain.txt"), []byte("plain head"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	seen := map[string]bool{}
+	err := fx.fs.Walk(".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && rel != "." {
+			return fs.SkipDir
+		}
+		switch rel {
+		case "plain.txt":
+			n, err := fx.fs.ReadHead(rel, d, buf)
+			if err != nil || string(buf[:n]) != "plain head" {
+				t.Errorf("plain: %q %v", buf[:n], err)
+			}
+		case "filelink", "fifo":
+			if rel == "filelink" {
+				// swap: whatever it was listed as, it is a link now
+				if n, err := fx.fs.ReadHead(rel, d, buf); err == nil {
+					t.Errorf("ReadHead(filelink) read %q through the link", buf[:n])
+				}
+			} else {
+				done := make(chan struct{})
+				go func() { _, _ = fx.fs.ReadHead(rel, d, buf); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatal("ReadHead blocked on a FIFO")
+				}
+			}
+		}
+		seen[rel] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !seen["plain.txt"] || !seen["filelink"] || !seen["fifo"] {
+		t.Fatalf("walk saw %v", seen)
+	}
 }

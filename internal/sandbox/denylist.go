@@ -116,21 +116,32 @@ func (s *state) resolveInRoot(rel string) (string, bool) {
 // fdRel returns the name, relative to the root, of the file open as f, as
 // the kernel sees it now (race-free: it is the file actually opened).
 func (s *state) fdRel(f *os.File) (string, bool) {
-	rootPath, err := fdPath(s.rootDir)
-	if err != nil {
-		return "", false
-	}
 	p, err := fdPath(f)
 	if err != nil {
 		return "", false
 	}
-	if p == rootPath {
-		return ".", true
+	// The root's own path is cached (one readlink less per open); when it
+	// does not match, it is read again in case the root moved.
+	for fresh := false; ; fresh = true {
+		rootPath := s.rootPath.Load()
+		if rootPath == nil || fresh {
+			rp, err := fdPath(s.rootDir)
+			if err != nil {
+				return "", false
+			}
+			rootPath = &rp
+			s.rootPath.Store(rootPath)
+		}
+		if p == *rootPath {
+			return ".", true
+		}
+		if strings.HasPrefix(p, *rootPath+"/") {
+			return p[len(*rootPath)+1:], true
+		}
+		if fresh {
+			return "", false
+		}
 	}
-	if !strings.HasPrefix(p, rootPath+"/") {
-		return "", false
-	}
-	return p[len(rootPath)+1:], true
 }
 
 func fdPath(f *os.File) (string, error) {

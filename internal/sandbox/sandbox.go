@@ -32,6 +32,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,7 @@ type state struct {
 	used  atomic.Int64
 
 	refreshMu sync.Mutex
+	rootPath  atomic.Pointer[string] // host path of rootDir, as /proc shows it
 }
 
 // FS is the confined filesystem of one server. It is safe for concurrent
@@ -143,6 +145,21 @@ func (f *FS) Denied(name string) bool {
 		return true
 	}
 	return f.checkDeny("check", rel) != nil
+}
+
+// DeniedEntry is Denied for an entry Walk reports at rel: the name is
+// matched as it is, without resolving links on it (Walk never follows one
+// below the directory it walks), so it costs no system call.
+func (f *FS) DeniedEntry(rel string) bool {
+	if f.trusted {
+		return false
+	}
+	d := f.s.deny.Load()
+	if d == nil {
+		return false
+	}
+	c, err := clean("check", rel)
+	return err != nil || d.match(c)
 }
 
 // checkDeny refuses rel when it, or the name it resolves to through
@@ -220,7 +237,9 @@ func (f *FS) open(op, name string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	file, err := f.s.root.Open(rel)
+	// O_NONBLOCK: opening a FIFO for reading must not wait for a writer
+	// (the callers refuse non-regular files once they have it open).
+	file, err := f.s.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, wrap(op, rel, err)
 	}
@@ -622,44 +641,102 @@ func (f *FS) Remove(name string) error {
 // RemoveAll removes name and everything below it; a symbolic link is
 // removed as a link. A missing name is not an error. RemoveAll of the root
 // ("/" or "") empties the root and keeps the directory. The denylist is
-// checked on name only, not on what lies below it.
-func (f *FS) RemoveAll(name string) error {
+// checked on name only, not on what lies below it. ctx is checked before
+// each entry: a cancelled removal stops with ctx.Err() and leaves part of
+// the tree (what was removed is released from the usage).
+func (f *FS) RemoveAll(ctx context.Context, name string) error {
 	const op = "remove"
 	rel, err := f.allowed(op, name)
 	if err != nil {
 		return err
 	}
 	if rel == "." {
-		entries, err := f.ReadDir(".")
+		freed, err := removeChildren(ctx, f.s.root)
 		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := f.s.root.RemoveAll(e.Name()); err != nil {
-				return wrap(op, e.Name(), err)
-			}
+			f.s.release(freed)
+			return wrapRemove(rel, err)
 		}
 		f.s.used.Store(0)
 		return nil
 	}
-	size, _ := f.s.du(context.Background(), rel)
-	if err := f.s.root.RemoveAll(rel); err != nil {
-		return wrap(op, rel, err)
+	dir, base := split(rel)
+	parent := f.s.root
+	if dir != "." {
+		parent, err = f.s.root.OpenRoot(dir)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			return nil
+		}
+		if err != nil {
+			return wrap(op, rel, err)
+		}
+		defer parent.Close()
 	}
-	f.s.release(size)
-	return nil
+	freed, err := removeTree(ctx, parent, base)
+	f.s.release(freed)
+	return wrapRemove(rel, err)
 }
 
-// Chmod changes the permission bits of name (following in-root links; a
-// link leading out of the root is refused). Only the 0777 bits are kept:
-// setuid, setgid and sticky are dropped.
+// wrapRemove is wrap for RemoveAll, keeping a context's error as it is.
+func wrapRemove(rel string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return wrap("remove", rel, err)
+}
+
+// Chmod changes the permission bits of name itself. A final symbolic link
+// is never followed (GHSA-rhq6-9rgh-v45c: chmod through a link changed host
+// files): chmod of a link is ErrInvalid, whatever it points to. Parent
+// links inside the root are followed. Only the 0777 bits are kept: setuid,
+// setgid and sticky are dropped.
 func (f *FS) Chmod(name string, mode fs.FileMode) error {
 	const op = "chmod"
 	rel, err := f.allowed(op, name)
 	if err != nil {
 		return err
 	}
-	return wrap(op, rel, f.s.root.Chmod(rel, mode&fs.ModePerm))
+	perm := uint32(mode & fs.ModePerm)
+	if rel == "." {
+		return wrap(op, rel, f.s.root.Chmod(rel, fs.FileMode(perm)))
+	}
+	dir, base := split(rel)
+	d, err := f.s.root.Open(dir)
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	defer d.Close()
+	rc, err := d.SyscallConn()
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		// O_PATH|O_NOFOLLOW pins the entry itself (a link stays a link);
+		// the mode is then set on that inode through /proc, so nothing is
+		// resolved by name a second time.
+		pfd, err := unix.Openat(int(fd), base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			cerr = err
+			return
+		}
+		defer unix.Close(pfd)
+		var st unix.Stat_t
+		if err := unix.Fstat(pfd, &st); err != nil {
+			cerr = err
+			return
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			cerr = ErrInvalid
+			return
+		}
+		cerr = unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pfd), perm, 0)
+	}); err != nil {
+		return wrap(op, rel, err)
+	}
+	if cerr == ErrInvalid {
+		return newErr(op, rel, ErrInvalid)
+	}
+	return wrap(op, rel, cerr)
 }
 
 // Lchown changes the owner of name itself (a link, not its target).

@@ -143,3 +143,106 @@ func BenchmarkUsageWalk(b *testing.B) {
 	}
 	b.ReportMetric(float64(files), "files/op")
 }
+
+// makeTree writes n files of size bytes in nested directories and refreshes the usage.
+func makeTree(t *testing.T, f *FS, n, size int) {
+	t.Helper()
+	for i := range n {
+		name := "tree/d" + strconv.Itoa(i%7) + "/e" + strconv.Itoa(i%3) + "/f" + strconv.Itoa(i)
+		if err := f.MkdirAll(filepath.Dir(name), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.WriteFileAtomic(name, bytes.NewReader(make([]byte, size)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.RefreshUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRemoveAllReleasesUsage: RemoveAll of a tree releases exactly its files' bytes, a link is
+// removed as a link, and the root's RemoveAll keeps the root directory and zeroes the usage.
+func TestRemoveAllReleasesUsage(t *testing.T) {
+	fx := newFixture(t)
+	f := fx.fs
+	before, _ := f.RefreshUsage(context.Background())
+	makeTree(t, f, 60, 100)
+	if f.Usage() != before+6000 {
+		t.Fatalf("usage %d, want %d", f.Usage(), before+6000)
+	}
+	if err := f.RemoveAll(context.Background(), "/tree/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(fx.root, "tree")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("tree still there: %v", err)
+	}
+	if f.Usage() != before {
+		t.Fatalf("usage after RemoveAll %d, want %d", f.Usage(), before)
+	}
+	if err := f.RemoveAll(context.Background(), "no/such/dir"); err != nil {
+		t.Fatalf("RemoveAll of a missing name: %v", err)
+	}
+	if err := f.RemoveAll(context.Background(), "/"); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(fx.root)
+	if err != nil || len(entries) != 0 || f.Usage() != 0 {
+		t.Fatalf("root after RemoveAll: %v %v usage %d", entries, err, f.Usage())
+	}
+}
+
+// TestRemoveAllStopsOnCancel: a cancelled context stops the removal before the next entry; what
+// was removed is released from the usage and the rest stays, counted.
+func TestRemoveAllStopsOnCancel(t *testing.T) {
+	fx := newFixture(t)
+	f := fx.fs
+	makeTree(t, f, 60, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.RemoveAll(ctx, "tree"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RemoveAll with a cancelled context = %v", err)
+	}
+	if err := f.RemoveAll(ctx, "."); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RemoveAll(.) with a cancelled context = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fx.root, "tree", "d0", "e0", "f0")); err != nil {
+		t.Fatalf("a cancelled RemoveAll removed files: %v", err)
+	}
+
+	// Cancel half-way: the walk notices at the next entry.
+	removed := 0
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	ctx = &cancelAfter{Context: ctx, n: 30, cancel: cancel, count: &removed}
+	if err := f.RemoveAll(ctx, "tree"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RemoveAll cancelled half-way = %v", err)
+	}
+	left, err := f.s.du(context.Background(), "tree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left == 0 || left == 6000 {
+		t.Fatalf("%d bytes left: the removal did not stop half-way", left)
+	}
+	cached := f.Usage()
+	if got, _ := f.RefreshUsage(context.Background()); cached != got {
+		t.Fatalf("usage %d is not what is left on disk (%d)", cached, got)
+	}
+}
+
+// cancelAfter is a context that cancels itself after n checks of Err.
+type cancelAfter struct {
+	context.Context
+	n      int
+	cancel context.CancelFunc
+	count  *int
+}
+
+func (c *cancelAfter) Err() error {
+	*c.count++
+	if *c.count == c.n {
+		c.cancel()
+	}
+	return c.Context.Err()
+}

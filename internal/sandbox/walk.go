@@ -2,11 +2,15 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Walk walks the tree at dir like fs.WalkDir: fn is called for dir and for
@@ -53,7 +57,7 @@ func (s *state) walkDir(ctx context.Context, parent *os.Root, base, rel string, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sub, entries, err := openDir(parent, base, d)
+	sub, dir, entries, err := openDir(parent, base, d)
 	if err != nil {
 		err = fn(rel, d, wrap("walk", rel, err))
 		if err == fs.SkipDir {
@@ -62,12 +66,13 @@ func (s *state) walkDir(ctx context.Context, parent *os.Root, base, rel string, 
 		return err
 	}
 	defer sub.Close()
+	defer dir.Close()
 	for _, e := range entries {
 		child := e.Name()
 		if rel != "." {
 			child = rel + "/" + child
 		}
-		if err := s.walkDir(ctx, sub, e.Name(), child, walkEntry{e, sub, s}, fn); err != nil {
+		if err := s.walkDir(ctx, sub, e.Name(), child, walkEntry{e, sub, dir, s}, fn); err != nil {
 			if err == fs.SkipDir {
 				break
 			}
@@ -80,46 +85,101 @@ func (s *state) walkDir(ctx context.Context, parent *os.Root, base, rel string, 
 // openDir opens the directory base of parent as a new root and lists it,
 // after checking that what was opened is the directory that was lstat-ed
 // (d): a directory swapped for a link between the listing and the open is
-// not walked into.
-func openDir(parent *os.Root, base string, d fs.DirEntry) (*os.Root, []fs.DirEntry, error) {
+// not walked into. dir is the directory itself, open while it is walked.
+func openDir(parent *os.Root, base string, d fs.DirEntry) (*os.Root, *os.File, []fs.DirEntry, error) {
 	want, err := d.Info()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sub, err := parent.OpenRoot(base)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	got, err := sub.Stat(".")
 	if err != nil {
 		_ = sub.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !sameFile(want, got) {
 		_ = sub.Close()
-		return nil, nil, ErrOutsideRoot
+		return nil, nil, nil, ErrOutsideRoot
 	}
 	dir, err := sub.Open(".")
 	if err != nil {
 		_ = sub.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	entries, err := dir.ReadDir(-1)
-	_ = dir.Close()
 	if err != nil {
+		_ = dir.Close()
 		_ = sub.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return sub, entries, nil
+	return sub, dir, entries, nil
 }
 
 // walkEntry is an entry reported by Walk, with the directory it was listed
 // in (open while fn runs for it) and the sandbox it belongs to.
 type walkEntry struct {
 	fs.DirEntry
-	dir *os.Root
-	s   *state
+	dir     *os.Root
+	dirFile *os.File
+	s       *state
+}
+
+// ReadHead reads up to len(buf) bytes from the start of the regular file d
+// that Walk is reporting at rel (to type it), with three system calls and
+// no *os.File: openat relative to the walked directory with O_NOFOLLOW (a
+// link swapped in is not followed) and O_NONBLOCK (a FIFO swapped in does
+// not block), pread, close. Denied names are refused by name only (the
+// entry itself is what is opened; in-root links on the way to the walked
+// directory are not resolved for this check). It must be called from the
+// walk's fn for that entry; any other d is opened by name.
+func (f *FS) ReadHead(rel string, d fs.DirEntry, buf []byte) (int, error) {
+	e, ok := d.(walkEntry)
+	if !ok || e.s != f.s {
+		file, err := f.open("read", rel)
+		if err != nil {
+			return 0, err
+		}
+		defer file.Close()
+		n, err := file.ReadAt(buf, 0)
+		if err == io.EOF {
+			err = nil
+		}
+		return n, err
+	}
+	crel, err := clean("read", rel)
+	if err != nil {
+		return 0, err
+	}
+	if !f.trusted {
+		if dl := f.s.deny.Load(); dl != nil && dl.match(crel) {
+			return 0, newErr("read", crel, ErrDenied)
+		}
+	}
+	rc, err := e.dirFile.SyscallConn()
+	if err != nil {
+		return 0, wrap("read", crel, err)
+	}
+	var n int
+	var rerr error
+	if err := rc.Control(func(dfd uintptr) {
+		fd, err := unix.Openat(int(dfd), e.Name(), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		if err != nil {
+			rerr = err
+			return
+		}
+		n, rerr = unix.Pread(fd, buf, 0)
+		_ = unix.Close(fd)
+	}); err != nil {
+		return 0, wrap("read", crel, err)
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n, wrap("read", crel, rerr)
 }
 
 // OpenEntry opens for reading the entry d that Walk is reporting at rel, as
@@ -132,7 +192,12 @@ func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
 	if !ok || e.s != f.s {
 		return f.open("open", rel)
 	}
-	rel, err := f.allowed("open", rel)
+	// The name is matched as it is (no link resolution: checkOpened below
+	// checks the file actually opened, which covers any link on the way).
+	if f.DeniedEntry(rel) {
+		return nil, newErr("open", strings.TrimPrefix(rel, "/"), ErrDenied)
+	}
+	rel, err := clean("open", rel)
 	if err != nil {
 		return nil, err
 	}
@@ -179,4 +244,94 @@ func (s *state) du(ctx context.Context, rel string) (int64, error) {
 		return nil
 	})
 	return total, err
+}
+
+// removeTree removes the entry base of the directory parent and, for a
+// directory, everything below it, never following a symbolic link. It
+// checks ctx before each entry and returns the apparent size of the
+// regular files it removed that had no other hard link (for the usage).
+func removeTree(ctx context.Context, parent *os.Root, base string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	fi, err := parent.Lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if !fi.IsDir() {
+		if err := parent.Remove(base); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		if fi.Mode().IsRegular() && nlink(fi) <= 1 {
+			return fi.Size(), nil
+		}
+		return 0, nil
+	}
+	var freed int64
+	// A directory that gains entries while it is emptied (a process still
+	// writing) is emptied again, a bounded number of times.
+	for range 3 {
+		n, err := emptyDir(ctx, parent, base, fi)
+		freed += n
+		if err != nil {
+			return freed, err
+		}
+		err = parent.Remove(base)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			return freed, nil
+		}
+		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			return freed, err
+		}
+	}
+	return freed, parent.Remove(base)
+}
+
+// emptyDir removes everything inside the directory base of parent, after
+// checking that what it opened is the directory that was lstat-ed (want):
+// a directory swapped for a link is not emptied.
+func emptyDir(ctx context.Context, parent *os.Root, base string, want fs.FileInfo) (int64, error) {
+	sub, err := parent.OpenRoot(base)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	got, err := sub.Stat(".")
+	if err != nil {
+		return 0, err
+	}
+	if !sameFile(want, got) {
+		return 0, ErrOutsideRoot
+	}
+	return removeChildren(ctx, sub)
+}
+
+// removeChildren removes every entry of the directory dir (the root it
+// was opened as stays).
+func removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
+	d, err := dir.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	var freed int64
+	for {
+		names, rerr := d.Readdirnames(512)
+		for _, name := range names {
+			n, err := removeTree(ctx, dir, name)
+			freed += n
+			if err != nil {
+				return freed, err
+			}
+		}
+		if rerr == io.EOF {
+			return freed, nil
+		}
+		if rerr != nil {
+			return freed, rerr
+		}
+	}
 }

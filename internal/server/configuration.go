@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/google/uuid"
-
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 )
 
@@ -112,7 +111,7 @@ func ParseDefinition(settings, process json.RawMessage, crashDetectionDefault bo
 	if err := dec.Decode(&d.Config); err != nil {
 		return d, fmt.Errorf("server: invalid settings: %w", err)
 	}
-	if _, err := uuid.Parse(d.Config.UUID); err != nil {
+	if !ids.IsUUID(d.Config.UUID) {
 		return d, fmt.Errorf("server: settings carry an invalid uuid %q", d.Config.UUID)
 	}
 	if len(process) > 0 && string(process) != "null" {

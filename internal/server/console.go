@@ -1,66 +1,15 @@
 package server
 
 import (
-	"bytes"
-	"io"
 	"sync"
 	"time"
+
+	"github.com/wharf/wharf/internal/config"
 )
 
 // MaxLineBytes bounds one console line; the rest of a longer line is dropped
 // (one 10 MB line without a newline must not grow memory or stop the console).
 const MaxLineBytes = 16 << 10
-
-// readLines splits r into lines of at most MaxLineBytes and calls emit for
-// each, until r ends. Carriage returns at line ends are removed.
-func readLines(r io.Reader, emit func(line string)) error {
-	buf := make([]byte, 32<<10)
-	var line []byte
-	overflow := false
-	flush := func() {
-		emit(string(bytes.TrimRight(line, "\r")))
-		line = line[:0]
-	}
-	for {
-		n, err := r.Read(buf)
-		chunk := buf[:n]
-		for len(chunk) > 0 {
-			i := bytes.IndexByte(chunk, '\n')
-			part := chunk
-			if i >= 0 {
-				part = chunk[:i]
-			}
-			if !overflow {
-				room := MaxLineBytes - len(line)
-				if len(part) > room {
-					line = append(line, part[:room]...)
-					flush()
-					overflow = true
-				} else {
-					line = append(line, part...)
-				}
-			}
-			if i < 0 {
-				break
-			}
-			if overflow {
-				overflow = false
-			} else {
-				flush()
-			}
-			chunk = chunk[i+1:]
-		}
-		if err != nil {
-			if len(line) > 0 && !overflow {
-				flush()
-			}
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		}
-	}
-}
 
 // throttle lets at most `lines` lines through per window; the first line
 // dropped in a window is reported so that one notice can be sent.
@@ -103,19 +52,45 @@ func (t *throttle) reset() {
 	t.start, t.count, t.notified = time.Time{}, 0, false
 }
 
-// ring keeps the last lines of console output.
+// consoleLines is how many console lines a server keeps: the configured
+// system.websocket_log_count, and never fewer than 100.
+func consoleLines(cfg *config.Config) int { return max(100, cfg.System.WebsocketLogCount) }
+
+// ring keeps the last lines of console output. Its size is read live from
+// size (system.websocket_log_count may change through /api/update): a
+// change resizes the ring at the next add or read, keeping the newest lines.
 type ring struct {
+	size  func() int
 	mu    sync.Mutex
 	lines []string
 	next  int
 	full  bool
 }
 
-func newRing(size int) *ring { return &ring{lines: make([]string, max(1, size))} }
+func newRing(size func() int) *ring {
+	r := &ring{size: size}
+	r.lines = make([]string, max(1, size()))
+	return r
+}
+
+// fit resizes the ring to the current size, keeping the newest lines. The
+// caller holds mu.
+func (r *ring) fit() {
+	want := max(1, r.size())
+	if want == len(r.lines) {
+		return
+	}
+	keep := r.lastLocked(want)
+	r.lines = make([]string, want)
+	copy(r.lines, keep)
+	r.next = len(keep) % want
+	r.full = len(keep) == want
+}
 
 func (r *ring) add(line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.fit()
 	r.lines[r.next] = line
 	r.next = (r.next + 1) % len(r.lines)
 	if r.next == 0 {
@@ -127,6 +102,11 @@ func (r *ring) add(line string) {
 func (r *ring) last(n int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.fit()
+	return r.lastLocked(n)
+}
+
+func (r *ring) lastLocked(n int) []string {
 	count := r.next
 	if r.full {
 		count = len(r.lines)

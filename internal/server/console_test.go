@@ -2,112 +2,11 @@ package server
 
 import (
 	"bytes"
-	"io"
-	"runtime"
-	"strings"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func collect(t *testing.T, r io.Reader) []string {
-	t.Helper()
-	var got []string
-	if err := readLines(r, func(l string) { got = append(got, l) }); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
-
-func TestReadLines(t *testing.T) {
-	long := strings.Repeat("a", MaxLineBytes+10)
-	tests := []struct {
-		name string
-		in   string
-		want []string
-	}{
-		{"empty", "", nil},
-		{"one line", "hello\n", []string{"hello"}},
-		{"no final newline", "a\nb", []string{"a", "b"}},
-		{"crlf", "a\r\nb\r\n", []string{"a", "b"}},
-		{"empty lines", "\n\nx\n", []string{"", "", "x"}},
-		{"exactly the limit", strings.Repeat("b", MaxLineBytes) + "\nnext\n", []string{strings.Repeat("b", MaxLineBytes), "next"}},
-		{"over the limit is cut", long + "\nnext\n", []string{long[:MaxLineBytes], "next"}},
-		{"over the limit at the end", long, []string{long[:MaxLineBytes]}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, collect(t, strings.NewReader(tt.in))); diff != "" {
-				t.Errorf("(-want +got)\n%s", diff)
-			}
-			// The same split whatever the read sizes are.
-			if diff := cmp.Diff(tt.want, collect(t, iotest.OneByteReader(strings.NewReader(tt.in)))); diff != "" {
-				t.Errorf("one byte at a time (-want +got)\n%s", diff)
-			}
-		})
-	}
-}
-
-// patternReader yields n bytes of 'x' without holding them in memory.
-type patternReader struct{ n int }
-
-func (p *patternReader) Read(b []byte) (int, error) {
-	if p.n == 0 {
-		return 0, io.EOF
-	}
-	k := min(len(b), p.n)
-	for i := range b[:k] {
-		b[i] = 'x'
-	}
-	p.n -= k
-	return k, nil
-}
-
-// A 10 MB line without a newline must neither grow memory nor stop the
-// console: the line is cut, and the next line comes through.
-func TestReadLinesTenMegabyteLineBoundedMemory(t *testing.T) {
-	const size = 10 << 20
-	r := io.MultiReader(&patternReader{n: size}, strings.NewReader("\nafter\n"))
-	var lines []string
-	var maxLen int
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	err := readLines(r, func(l string) {
-		maxLen = max(maxLen, len(l))
-		if len(lines) < 10 {
-			lines = append(lines, l[:min(len(l), 10)])
-		}
-	})
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if maxLen > MaxLineBytes {
-		t.Errorf("longest line %d bytes, limit %d", maxLen, MaxLineBytes)
-	}
-	if diff := cmp.Diff([]string{"xxxxxxxxxx", "after"}, lines); diff != "" {
-		t.Errorf("lines (-want +got)\n%s", diff)
-	}
-	// Everything allocated while reading 10 MB: a few buffers, never the line.
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
-		t.Errorf("reading a 10 MB line allocated %d bytes", alloc)
-	}
-}
-
-func TestReadLinesReportsReadError(t *testing.T) {
-	var got []string
-	err := readLines(iotest.TimeoutReader(strings.NewReader("partial")), func(l string) { got = append(got, l) })
-	if err == nil {
-		// TimeoutReader fails the second read; the first gives "partial".
-		t.Fatal("want the read error")
-	}
-	if diff := cmp.Diff([]string{"partial"}, got); diff != "" {
-		t.Errorf("(-want +got)\n%s", diff)
-	}
-}
 
 func TestThrottle(t *testing.T) {
 	now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -153,7 +52,7 @@ func TestThrottle(t *testing.T) {
 }
 
 func TestRing(t *testing.T) {
-	r := newRing(3)
+	r := newRing(func() int { return 3 })
 	if got := r.last(10); len(got) != 0 {
 		t.Fatalf("empty ring: %q", got)
 	}
@@ -184,5 +83,37 @@ func TestRing(t *testing.T) {
 	}
 	if got := r.last(3); len(got) != 3 || got[2] != string(rune('a'+999%26)) {
 		t.Errorf("after wrapping many times: %q", got)
+	}
+}
+
+// A size change resizes the ring at the next use, keeping the newest lines.
+func TestRingResize(t *testing.T) {
+	size := 3
+	r := newRing(func() int { return size })
+	for _, l := range []string{"a", "b", "c", "d"} {
+		r.add(l)
+	}
+	size = 5
+	if diff := cmp.Diff([]string{"b", "c", "d"}, r.last(10)); diff != "" {
+		t.Fatalf("after growing: %s", diff)
+	}
+	for _, l := range []string{"e", "f", "g"} {
+		r.add(l)
+	}
+	if diff := cmp.Diff([]string{"c", "d", "e", "f", "g"}, r.last(10)); diff != "" {
+		t.Fatalf("grown ring: %s", diff)
+	}
+	size = 2
+	if diff := cmp.Diff([]string{"f", "g"}, r.last(10)); diff != "" {
+		t.Fatalf("after shrinking: %s", diff)
+	}
+	r.add("h")
+	if diff := cmp.Diff([]string{"g", "h"}, r.last(10)); diff != "" {
+		t.Fatalf("shrunk ring: %s", diff)
+	}
+	size = 4 // grow from a full ring
+	r.add("i")
+	if diff := cmp.Diff([]string{"g", "h", "i"}, r.last(10)); diff != "" {
+		t.Fatalf("regrown ring: %s", diff)
 	}
 }

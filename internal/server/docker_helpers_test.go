@@ -90,6 +90,7 @@ func newDockerEnv(t testing.TB, opts envOptions, servers ...devpanel.Server) *do
 			_ = rt.Remove(context.Background(), id, "")
 			_ = rt.Remove(context.Background(), id+"_installer", "")
 		}
+		_ = rt.Close() // its idle connections to the engine would outlive the test
 	})
 	if err := m.LoadFromPanel(context.Background(), 50); err != nil {
 		t.Fatal(err)
@@ -201,3 +202,16 @@ func serverGoroutines() []string {
 }
 
 func testimagesClient(t *testing.T) *dockerclient.Client { return testimages.Client(t) }
+
+// holdPowerLock takes the power lock as an action would: until release is
+// called or a kill cancels it. It is released at the end of the test.
+func holdPowerLock(t testing.TB, s *Server) (release func()) {
+	t.Helper()
+	ctx, release, ok := s.power.tryAcquire(context.Background())
+	if !ok {
+		t.Fatal("the power lock is busy")
+	}
+	stop := context.AfterFunc(ctx, release)
+	t.Cleanup(func() { stop(); release() })
+	return release
+}

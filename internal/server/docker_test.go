@@ -97,22 +97,20 @@ func TestDockerKillWhileStarting(t *testing.T) {
 	waitState(t, s, Offline)
 }
 
-// Kill during the pre-start steps (nothing created yet) also wins.
-func TestDockerKillCancelsPendingStart(t *testing.T) {
+// A kill cancels the action holding the lock, not the ones waiting for it:
+// a start queued behind the holder runs once the kill is done.
+func TestDockerKillLetsAQueuedStartRun(t *testing.T) {
 	def := gameDef(nil)
 	e := newDockerEnv(t, envOptions{}, def)
 	s := e.server(def.UUID)
-	// Hold the lock so that the start waits; kill must not cancel a waiter.
-	if !s.tryLock() {
-		t.Fatal("lock busy")
-	}
+	// Hold the lock so that the start waits.
+	holdPowerLock(t, s)
 	if err := s.PowerAsync(PowerStart, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Kill(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.unlock()
 	waitState(t, s, Running) // the waiting start went on after the kill
 	if err := s.Kill(context.Background()); err != nil {
 		t.Fatal(err)
@@ -146,16 +144,14 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 	def := gameDef(nil)
 	e := newDockerEnv(t, envOptions{}, def)
 	s := e.server(def.UUID)
-	if !s.tryLock() {
-		t.Fatal("lock busy")
-	}
+	release := holdPowerLock(t, s)
 	if err := s.PowerAsync(PowerStart, 0); !errors.Is(err, ErrLocked) {
 		t.Fatalf("start with a busy lock and wait 0: %v", err)
 	}
 	if err := s.Power(context.Background(), PowerStart, 100*time.Millisecond); !errors.Is(err, ErrLockTimeout) {
 		t.Fatalf("start with a busy lock: %v", err)
 	}
-	s.unlock()
+	release()
 
 	// Two concurrent starts: one starts the server, the other finds it running.
 	var wg sync.WaitGroup
@@ -169,28 +165,36 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 	}
 	waitState(t, s, Running)
 
-	for _, flag := range []struct {
-		set  func(bool)
+	for _, job := range []struct {
+		job  Job
 		want error
 	}{
-		{func(v bool) { s.installing.Store(v) }, ErrInstalling},
-		{func(v bool) { s.SetTransferring(v) }, ErrTransferring},
-		{func(v bool) { s.SetRestoring(v) }, ErrRestoring},
+		{JobInstall, ErrInstalling},
+		{JobReinstall, ErrInstalling},
+		{JobTransferOut, ErrTransferring},
+		{JobTransferIn, ErrTransferring},
+		{JobRestore, ErrRestoring},
 	} {
-		flag.set(true)
+		end, err := s.BeginJob(job.job)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, a := range []PowerAction{PowerStart, PowerStop, PowerRestart} {
-			if err := s.PowerAsync(a, 0); !errors.Is(err, flag.want) {
-				t.Errorf("%s with flag: %v, want %v", a, err, flag.want)
+			if err := s.PowerAsync(a, 0); !errors.Is(err, job.want) {
+				t.Errorf("%s during %s: %v, want %v", a, job.job, err, job.want)
 			}
 		}
-		flag.set(false)
+		end()
 	}
-	s.installing.Store(true)
+	end, err := s.BeginJob(JobInstall)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.PowerAsync(PowerKill, 0); err != nil {
 		t.Fatalf("kill while installing: %v", err)
 	}
 	waitState(t, s, Offline)
-	s.installing.Store(false)
+	end()
 }
 
 // A crash restarts the server; a second crash within the timeout does not.
@@ -256,7 +260,7 @@ func (f *fakeSession) Close(code int, reason string) {
 	f.codes = append(f.codes, code)
 }
 
-// A suspension seen by a sync stops the server and closes its sessions with 4409.
+// A suspension seen by a sync stops the server and closes its sessions with 1000.
 func TestDockerSuspendThroughSync(t *testing.T) {
 	def := gameDef(nil)
 	e := newDockerEnv(t, envOptions{}, def)
@@ -277,7 +281,7 @@ func TestDockerSuspendThroughSync(t *testing.T) {
 	codes := append([]int(nil), sess.codes...)
 	sess.mu.Unlock()
 	if len(codes) != 1 || codes[0] != CloseSuspended {
-		t.Fatalf("session closes %v, want [4409]", codes)
+		t.Fatalf("session closes %v, want [1000]", codes)
 	}
 	if !s.IsSuspended() {
 		t.Fatal("not suspended")
@@ -298,9 +302,7 @@ func TestDockerDeleteLeavesNothing(t *testing.T) {
 	}
 	waitState(t, s, Running)
 	// A power action waiting for the lock, and a session, when the delete comes.
-	if !s.tryLock() {
-		t.Fatal("lock busy")
-	}
+	holdPowerLock(t, s)
 	if err := s.PowerAsync(PowerRestart, 300*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -17,24 +19,22 @@ import (
 // installOutputLimit bounds the installer output kept for the install log.
 const installOutputLimit = 4 << 20
 
-// Install runs the installation: the backend's script in an installer
+// install runs the installation: the backend's script in an installer
 // container with the server's files at /mnt/server. Reinstall keeps the
-// existing files (the script decides what to do with them). The backend is
-// told whether the script succeeded (exit code 0).
-func (s *Server) Install(ctx context.Context, reinstall bool) error {
-	if !s.installing.CompareAndSwap(false, true) {
-		return ErrInstalling
-	}
-	defer s.installing.Store(false)
+// existing files (the script decides what to do with them) and stops a
+// running server first, through the power lock like any stop. The backend
+// is told whether the script succeeded (exit code 0). The caller holds the
+// job slot (JobInstall or JobReinstall); end releases it, before the backend
+// is told, so that what the backend does next finds the server free.
+func (s *Server) install(ctx context.Context, reinstall bool, end func()) error {
 	uuid := s.UUID()
-
-	if reinstall && s.State() != Offline {
-		if err := s.stop(ctx); err != nil {
-			s.log.Warn("stopping before the reinstall failed; killing", "error", err)
-			_ = s.Kill(ctx)
-		}
+	var err error
+	if reinstall {
+		err = s.stopForReinstall(ctx)
 	}
-	err := s.Sync(ctx)
+	if err == nil {
+		err = s.Sync(ctx)
+	}
 	successful := false
 	if err == nil {
 		successful, err = s.runInstaller(ctx)
@@ -43,6 +43,7 @@ func (s *Server) Install(ctx context.Context, reinstall bool) error {
 		s.log.Error("installation failed", "error", err)
 		s.daemonMessage("Installation failed: " + err.Error())
 	}
+	end()
 	if perr := s.deps.Panel.SetInstallationStatus(context.WithoutCancel(ctx), uuid, successful && err == nil, reinstall); perr != nil {
 		s.log.Error("could not report the installation status to the backend", "error", perr)
 		if err == nil {
@@ -51,6 +52,26 @@ func (s *Server) Install(ctx context.Context, reinstall bool) error {
 	}
 	s.events.Publish(events.New(events.InstallCompleted, ""))
 	return err
+}
+
+// stopForReinstall stops a running server before its files are reinstalled:
+// through the power lock (a power action running finishes first, a kill
+// still wins), with the configured stop escalating to a kill after the stop
+// timeout. A stop that fails is followed by a kill.
+func (s *Server) stopForReinstall(ctx context.Context) error {
+	if s.State() == Offline {
+		return nil
+	}
+	// The holder may be a stop waiting for its own timeout.
+	err := s.stopLocked(ctx, s.stopTimeout()+killWait)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("stopping before the reinstall failed; killing", "error", err)
+	if kerr := s.Kill(ctx); kerr != nil || s.State() != Offline {
+		return fmt.Errorf("the server could not be stopped before the reinstall: %w", errors.Join(err, kerr))
+	}
+	return nil
 }
 
 func (s *Server) runInstaller(ctx context.Context) (bool, error) {
@@ -82,7 +103,11 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("installer image: %w", err)
 	}
 	spec := s.installerSpec(def, script.ContainerImage, script.Entrypoint, scriptDir)
-	defer func() { _ = s.deps.removeContainer(context.WithoutCancel(ctx), s.log, spec.Name) }()
+	defer func() {
+		cctx, cancel := CleanupContext(ctx)
+		defer cancel()
+		_ = s.deps.removeContainer(cctx, s.log, spec.Name)
+	}()
 	if err := rt.Create(ctx, spec); err != nil {
 		return false, err
 	}
@@ -96,7 +121,7 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 	readDone := make(chan struct{})
 	if !s.goServer(func() {
 		defer close(readDone)
-		_ = readLines(stream, func(line string) {
+		_ = consoletext.ReadLines(stream, MaxLineBytes, func(line string) {
 			if output.Len() < installOutputLimit {
 				output.WriteString(line + "\n")
 			}
@@ -128,15 +153,6 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("the install script exited with code %d", st.ExitCode)
 	}
 	return true, nil
-}
-
-func (s *Server) registryAuth(image string) *runtime.RegistryAuth {
-	cfg := s.deps.Config.Get()
-	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
-	for k, v := range cfg.Docker.Registries {
-		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
-	}
-	return runtime.RegistryAuthFor(image, regs)
 }
 
 // installerSpec: never privileged, the image's own user, no Docker socket,
@@ -196,7 +212,30 @@ func (s *Server) writeInstallLog(def Definition, image, entrypoint string, env [
 	}
 }
 
-// InstallAsync runs Install in the background (the HTTP API answers 202).
-func (s *Server) InstallAsync(reinstall bool) {
-	s.goServer(func() { _ = s.Install(s.ctx, reinstall) })
+// InstallAsync claims the job slot for an install or a reinstall, then runs
+// it in the background (the HTTP API answers 202). A server busy with
+// another job is refused at once with a *BusyError (409 naming the job).
+func (s *Server) InstallAsync(reinstall bool) error {
+	s.mu.RLock()
+	deleted := s.deleted
+	s.mu.RUnlock()
+	if deleted {
+		return ErrDeleted
+	}
+	job := JobInstall
+	if reinstall {
+		job = JobReinstall
+	}
+	end, err := s.BeginJob(job)
+	if err != nil {
+		return err
+	}
+	if !s.goServer(func() {
+		defer end()
+		_ = s.install(s.ctx, reinstall, end)
+	}) {
+		end()
+		return ErrDeleted
+	}
+	return nil
 }

@@ -7,9 +7,9 @@ import (
 )
 
 // Hooks for the jobs that own a server for a while (backup restores and
-// transfers). They set their own flag (SetRestoring, SetTransferring), which
-// refuses every power action of users; these are the few actions they need
-// that the flags would otherwise refuse.
+// transfers). They hold the job slot (BeginJob), which refuses every power
+// action of users but kill; these are the few actions they need that the
+// slot would otherwise refuse.
 
 // Context lives as long as the server is managed by this daemon.
 func (s *Server) Context() context.Context { return s.ctx }
@@ -17,22 +17,41 @@ func (s *Server) Context() context.Context { return s.ctx }
 // StopForJob stops a running server for a restore or a transfer. It takes
 // the power lock (so a power action already running finishes first), sends
 // the configured stop and waits at most wait for the server to be offline.
-// A server still running then is an error; the stop is not escalated.
+// A server still running then is an error; the stop is not escalated. A
+// kill during the wait is no error: it brings the server offline too.
 func (s *Server) StopForJob(ctx context.Context, wait time.Duration) error {
 	if s.State() == Offline {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if err := s.acquire(ctx, wait); err != nil {
-		return fmt.Errorf("waiting for the power lock: %w", err)
-	}
-	defer s.unlock()
-	if err := s.stop(ctx); err != nil {
+	if err := s.stopLocked(ctx, wait); err != nil {
 		return fmt.Errorf("the server did not stop within %s: %w", wait, err)
 	}
-	if s.State() != Offline {
-		return fmt.Errorf("the server did not stop within %s: %w", wait, ErrRunning)
+	return nil
+}
+
+// stopLocked stops the server through the power lock, like any stop: it
+// waits up to lockWait for the lock, then stops with the configured method
+// (escalating to a kill after the stop timeout, unless ctx ends first). A
+// kill that cancels the stop is waited for: it brings the server offline.
+func (s *Server) stopLocked(ctx context.Context, lockWait time.Duration) error {
+	hctx, release, err := s.power.acquire(ctx, lockWait)
+	if err != nil {
+		return fmt.Errorf("waiting for the power lock: %w", err)
+	}
+	err = s.stop(hctx)
+	// Released before waiting for the kill: the kill waits for the lock
+	// to be free before it kills.
+	release()
+	if err != nil && !killed(hctx) {
+		return err
+	}
+	if !s.waitForState(ctx, Offline, killWait) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return ErrRunning
 	}
 	return nil
 }

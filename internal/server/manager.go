@@ -178,7 +178,7 @@ func (m *Manager) restoreOne(ctx context.Context, s *Server, saved State) {
 
 // reattach connects to a container that is already running.
 func (s *Server) reattach(ctx context.Context, st runtime.State) error {
-	n := max(100, s.deps.Config.Get().System.WebsocketLogCount)
+	n := consoleLines(s.deps.Config.Get())
 	if lines, err := s.deps.Runtime.Logs(ctx, s.UUID(), n); err == nil {
 		for _, l := range lines {
 			s.console.add(l)
@@ -242,16 +242,24 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 	if err != nil {
 		return nil, err
 	}
-	s.goServer(func() {
-		if err := s.Install(s.ctx, false); err != nil {
-			return
-		}
-		if startOnCompletion {
+	// Claimed now, so that the server is seen installing as soon as it exists.
+	end, err := s.BeginJob(JobInstall)
+	if err != nil {
+		return nil, err
+	}
+	if !s.goServer(func() {
+		err := func() error {
+			defer end()
+			return s.install(s.ctx, false, end)
+		}()
+		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
 				s.log.Warn("start after install failed", "error", err)
 			}
 		}
-	})
+	}) {
+		end()
+	}
 	return s, nil
 }
 
@@ -268,14 +276,21 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 
 	uuid := s.UUID()
 	// Kill cancels a power action in progress and waits for the exit.
-	if err := s.Kill(context.WithoutCancel(ctx)); err != nil {
+	kctx, cancel := CleanupContext(ctx)
+	err := s.Kill(kctx)
+	cancel()
+	if err != nil {
 		s.log.Warn("killing the process before deletion failed", "error", err)
 	}
 	s.close()
 	m.remove(uuid)
+	// The server is gone from the manager: its containers are removed even
+	// if the caller gives up, within a bound of their own.
+	rctx, cancelRemove := CleanupContext(ctx)
+	defer cancelRemove()
 	var errs []error
 	for _, name := range []string{uuid, uuid + "_installer"} {
-		if err := m.deps.removeContainer(ctx, s.log, name); err != nil {
+		if err := m.deps.removeContainer(rctx, s.log, name); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // PowerAction is one of start, stop, restart, kill.
@@ -38,8 +39,9 @@ func ParsePowerAction(s string) (PowerAction, error) {
 }
 
 // CheckPower reports whether the action may run now, before taking the lock:
-// start, stop and restart are refused while installing, transferring or
-// restoring; start and restart while suspended. Kill is always allowed.
+// start, stop and restart are refused while an exclusive job (install,
+// reinstall, restore, transfer) holds the job slot; start and restart while
+// suspended. Kill is always allowed.
 func (s *Server) CheckPower(a PowerAction) error {
 	s.mu.RLock()
 	deleted, suspended := s.deleted, s.def.Config.Suspended
@@ -50,12 +52,12 @@ func (s *Server) CheckPower(a PowerAction) error {
 	if a == PowerKill {
 		return nil
 	}
-	switch {
-	case s.restoring.Load():
+	switch s.RunningJob() {
+	case JobRestore:
 		return ErrRestoring
-	case s.transferring.Load():
+	case JobTransferOut, JobTransferIn:
 		return ErrTransferring
-	case s.installing.Load():
+	case JobInstall, JobReinstall:
 		return ErrInstalling
 	}
 	if suspended && (a == PowerStart || a == PowerRestart) {
@@ -73,25 +75,26 @@ func (s *Server) PowerAsync(a PowerAction, wait time.Duration) error {
 		return err
 	}
 	if a == PowerKill {
-		if !s.goServer(func() { s.report(a, s.Kill(s.ctx)) }) {
+		if !s.goServer(func() { s.report(a, s.Kill(s.ctx), false) }) {
 			return ErrDeleted
 		}
 		return nil
 	}
 	if wait <= 0 {
-		if !s.tryLock() {
+		ctx, release, ok := s.power.tryAcquire(s.ctx)
+		if !ok {
 			return ErrLocked
 		}
 		if !s.goServer(func() {
-			defer s.unlock()
-			s.report(a, s.runLocked(s.ctx, a))
+			defer release()
+			s.report(a, s.runLocked(ctx, a), false)
 		}) {
-			s.unlock()
+			release()
 			return ErrDeleted
 		}
 		return nil
 	}
-	if !s.goServer(func() { s.report(a, s.Power(s.ctx, a, wait)) }) {
+	if !s.goServer(func() { s.report(a, s.Power(s.ctx, a, wait), true) }) {
 		return ErrDeleted
 	}
 	return nil
@@ -105,32 +108,21 @@ func (s *Server) Power(ctx context.Context, a PowerAction, wait time.Duration) e
 	if a == PowerKill {
 		return s.Kill(ctx)
 	}
-	if err := s.acquire(ctx, wait); err != nil {
+	ctx, release, err := s.power.acquire(ctx, wait)
+	if err != nil {
 		return err
 	}
-	defer s.unlock()
+	defer release()
 	return s.runLocked(ctx, a)
 }
 
-// runLocked runs an action while holding the power lock. The action's
-// context is cancelled by a kill, which always wins.
+// runLocked runs an action while holding the power lock; ctx is the
+// holder's, which a kill cancels.
 func (s *Server) runLocked(ctx context.Context, a PowerAction) error {
-	// The flags may have changed while waiting for the lock.
+	// A job may have begun while the action waited for the lock.
 	if err := s.CheckPower(a); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	s.actionMu.Lock()
-	s.action = &runningAction{cancel: cancel, done: done}
-	s.actionMu.Unlock()
-	defer func() {
-		s.actionMu.Lock()
-		s.action = nil
-		s.actionMu.Unlock()
-		cancel()
-		close(done)
-	}()
 	switch a {
 	case PowerStart:
 		return s.start(ctx)
@@ -145,45 +137,39 @@ func (s *Server) runLocked(ctx context.Context, a PowerAction) error {
 	return ErrBadAction
 }
 
-func (s *Server) report(a PowerAction, err error) {
+// report logs a background action's failure and says on the console why it
+// did not happen. A start that finds the server running is only reported
+// when it was queued (the caller could not see the state it would meet); a
+// cancelled action was ended by a kill or the daemon's shutdown.
+func (s *Server) report(a PowerAction, err error, queued bool) {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return
 	}
+	if errors.Is(err, ErrRunning) && !queued {
+		s.log.Debug("power action not needed", "action", a, "error", err)
+		return
+	}
 	s.log.Warn("power action failed", "action", a, "error", err)
-	if !errors.Is(err, ErrRunning) {
-		s.daemonMessage("Power action " + string(a) + " failed: " + err.Error())
+	if notRun(err) {
+		why := err.Error()
+		if ue, ok := usererr.From(err); ok {
+			why = ue.Message
+		}
+		s.daemonMessage("Power action " + string(a) + " was not run: " + strings.TrimSuffix(why, ".") + ".")
+		return
 	}
+	s.daemonMessage("Power action " + string(a) + " failed: " + err.Error())
 }
 
-func (s *Server) tryLock() bool {
-	select {
-	case s.lock <- struct{}{}:
-		return true
-	default:
-		return false
+// notRun reports whether err refused an action before it changed anything.
+func notRun(err error) bool {
+	for _, e := range []error{ErrRunning, ErrLocked, ErrLockTimeout, ErrInstalling, ErrTransferring, ErrRestoring, ErrSuspended, ErrDeleted} {
+		if errors.Is(err, e) {
+			return true
+		}
 	}
+	return false
 }
-
-func (s *Server) acquire(ctx context.Context, wait time.Duration) error {
-	if s.tryLock() {
-		return nil
-	}
-	if wait <= 0 {
-		return ErrLocked
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s.lock <- struct{}{}:
-		return nil
-	case <-t.C:
-		return ErrLockTimeout
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (s *Server) unlock() { <-s.lock }
 
 // start runs the pre-start sequence of the spec, in order, then creates and
 // starts a fresh container. Any failure leaves the server offline.
@@ -228,7 +214,9 @@ func (s *Server) start(ctx context.Context) error {
 		// running, unless the name is another node's container.
 		var other *runtime.OtherNodeError
 		if !errors.As(err, &other) {
-			_ = s.deps.Runtime.Signal(context.WithoutCancel(ctx), def.Config.UUID, "SIGKILL")
+			cctx, cancel := CleanupContext(ctx)
+			_ = s.deps.Runtime.Signal(cctx, def.Config.UUID, "SIGKILL")
+			cancel()
 		}
 		s.setState(Offline)
 		return err
@@ -271,13 +259,8 @@ func (s *Server) ensureImage(ctx context.Context, image string) error {
 	if strings.HasPrefix(image, "~") {
 		return s.deps.Runtime.EnsureImage(ctx, image, nil, nil)
 	}
-	cfg := s.deps.Config.Get()
-	regs := make(map[string]runtime.RegistryAuth, len(cfg.Docker.Registries))
-	for k, v := range cfg.Docker.Registries {
-		regs[k] = runtime.RegistryAuth{Username: v.Username, Password: v.Password}
-	}
 	s.daemonMessage("Pulling Docker container image, this could take a few minutes to complete...")
-	err := s.deps.Runtime.EnsureImage(ctx, image, runtime.RegistryAuthFor(image, regs), func(line string) {
+	err := s.deps.Runtime.EnsureImage(ctx, image, s.registryAuth(image), func(line string) {
 		s.log.Debug("image pull", "progress", line)
 	})
 	if err == nil {
@@ -334,23 +317,15 @@ func (s *Server) stop(ctx context.Context) error {
 // Kill sends SIGKILL. It takes no lock, is never refused by the flags and
 // always wins: the action holding the lock (a start in progress, the stop of
 // a restart) is cancelled first. Actions waiting for the lock are not
-// cancelled.
+// cancelled: they run once the kill has brought the server offline.
 func (s *Server) Kill(ctx context.Context) error {
-	s.actionMu.Lock()
-	act := s.action
-	s.actionMu.Unlock()
-	if act != nil {
-		act.cancel()
-		t := time.NewTimer(killWait)
-		select {
-		case <-act.done:
-		case <-t.C:
-			s.log.Warn("the running power action did not unwind in time; killing anyway")
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		t.Stop()
+	end, unwound, err := s.power.beginKill(ctx, killWait)
+	if err != nil {
+		return err
+	}
+	defer end()
+	if !unwound {
+		s.log.Warn("the running power action did not unwind in time; killing anyway")
 	}
 	return s.kill(ctx)
 }

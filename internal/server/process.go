@@ -10,12 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/runtime"
 )
-
-// ansi matches terminal escape sequences (colours, cursor movement).
-var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]`)
 
 // doneMatcher recognises the console line that means "started".
 type doneMatcher struct {
@@ -45,7 +43,7 @@ func compileDone(p ProcessConfiguration, log *slog.Logger) []doneMatcher {
 
 func (m doneMatcher) match(line string) bool {
 	if m.stripANSI {
-		line = ansi.ReplaceAllString(line, "")
+		line = consoletext.StripANSI(line)
 	}
 	if m.re != nil {
 		return m.re.MatchString(line)
@@ -79,7 +77,7 @@ func (s *Server) attach(ctx context.Context) error {
 	}
 	if !s.goServer(func() {
 		defer close(run.done)
-		err := readLines(stream, s.onOutput)
+		err := consoletext.ReadLines(stream, MaxLineBytes, s.onOutput)
 		if err != nil && runCtx.Err() == nil {
 			s.log.Debug("console stream ended with an error", "error", err)
 		}

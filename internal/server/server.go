@@ -1,5 +1,5 @@
 // Package server is the server domain: one Server per game server on this
-// node (state machine, flags, power lock, console, resource usage, install,
+// node (state machine, job slot, power lock, console, resource usage, install,
 // sync, crash detection) and the Manager that holds them.
 package server
 
@@ -78,10 +78,6 @@ type Server struct {
 	goMu   sync.Mutex // guards closed against wg.Add after close began
 	closed bool
 
-	// action is the power action holding the lock, so that a kill can cancel it.
-	actionMu sync.Mutex
-	action   *runningAction
-
 	mu          sync.RWMutex
 	def         Definition
 	done        []doneMatcher
@@ -93,14 +89,11 @@ type Server struct {
 	run         *containerRun // the attached container, nil when none
 	deleted     bool
 
-	installing   atomic.Bool
-	transferring atomic.Bool
-	restoring    atomic.Bool
 	// expectedExit is set when we stop or kill the process ourselves, so
 	// that its exit is not taken for a crash.
 	expectedExit atomic.Bool
 
-	lock     chan struct{} // the power lock: one action at a time
+	power    powerLock // one power action at a time; a kill always wins
 	events   *events.Bus
 	console  *ring
 	throttle *throttle
@@ -113,12 +106,6 @@ type Server struct {
 	diskInFlight bool
 
 	onState func(uuid string, st State)
-}
-
-// runningAction is the power action currently holding the lock.
-type runningAction struct {
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // containerRun is one attachment to the server's container.
@@ -140,7 +127,6 @@ func (r *containerRun) end() {
 // newServer builds a server; the manager calls it.
 func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
-	cfg := deps.Config.Get()
 	s := &Server{
 		deps:        deps,
 		log:         deps.Log.With("server", def.Config.UUID),
@@ -150,9 +136,8 @@ func newServer(parent context.Context, deps *Deps, def Definition, files *sandbo
 		done:        compileDone(def.Process, deps.Log),
 		state:       Offline,
 		stateChange: make(chan struct{}),
-		lock:        make(chan struct{}, 1),
 		events:      events.NewBus(),
-		console:     newRing(max(100, cfg.System.WebsocketLogCount)),
+		console:     newRing(func() int { return consoleLines(deps.Config.Get()) }),
 		files:       files,
 		onState:     onState,
 	}
@@ -212,18 +197,22 @@ func (s *Server) State() State {
 func (s *Server) IsSuspended() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.def.Config.Suspended || s.restoring.Load()
+	return s.def.Config.Suspended || s.IsRestoring()
 }
 
-// IsInstalling, IsTransferring and IsRestoring report the flags.
-func (s *Server) IsInstalling() bool   { return s.installing.Load() }
-func (s *Server) IsTransferring() bool { return s.transferring.Load() }
-func (s *Server) IsRestoring() bool    { return s.restoring.Load() }
+// IsInstalling, IsTransferring and IsRestoring report the flags of the spec,
+// read from the job slot.
+func (s *Server) IsInstalling() bool {
+	j := s.RunningJob()
+	return j == JobInstall || j == JobReinstall
+}
 
-// SetTransferring and SetRestoring set the flags owned by the transfer and
-// backup packages; they report false when the flag was already in that state.
-func (s *Server) SetTransferring(v bool) bool { return s.transferring.CompareAndSwap(!v, v) }
-func (s *Server) SetRestoring(v bool) bool    { return s.restoring.CompareAndSwap(!v, v) }
+func (s *Server) IsTransferring() bool {
+	j := s.RunningJob()
+	return j == JobTransferOut || j == JobTransferIn
+}
+
+func (s *Server) IsRestoring() bool { return s.RunningJob() == JobRestore }
 
 // Utilization returns the current resource usage.
 func (s *Server) Utilization() Utilization {
@@ -246,7 +235,7 @@ func (s *Server) Details() Details {
 	defer s.mu.RUnlock()
 	return Details{
 		State:         u.State,
-		IsSuspended:   s.def.Config.Suspended || s.restoring.Load(),
+		IsSuspended:   s.def.Config.Suspended || s.IsRestoring(),
 		Utilization:   u,
 		Configuration: s.def.Config,
 	}

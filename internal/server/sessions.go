@@ -12,7 +12,9 @@ type Session interface {
 
 // Close codes used for websocket sessions.
 const (
-	CloseSuspended = 4409
+	// 1000, not Pelican's 4409: the panel's console reconnects every
+	// second after any close but 1000, 1001 and 1005.
+	CloseSuspended = 1000
 	CloseDeleted   = 1001
 	CloseRevoked   = 4401
 )

@@ -354,7 +354,7 @@ func (h *handlers) rmdir(r *sftp.Request) error {
 	if denied {
 		return errDeniedFile
 	}
-	if err := fsys.RemoveAll(r.Filepath); err != nil {
+	if err := fsys.RemoveAll(r.Context(), r.Filepath); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("delete", r.Filepath)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/wharf/wharf/internal/ids"
 )
 
 // Purpose is what a token is for.
@@ -369,7 +370,7 @@ func (c *claims) uuid(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !IsUUID(s) {
+	if !ids.IsUUID(s) {
 		return "", claimErr(ErrBadClaim, name)
 	}
 	return strings.ToLower(s), nil
@@ -393,25 +394,4 @@ func (c *claims) strings(name string) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// IsUUID reports whether s is a UUID in its 36-character text form.
-func IsUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

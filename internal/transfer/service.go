@@ -9,18 +9,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -109,40 +108,50 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 		case events.TransferStatus:
 			log.Info("transfer status", "status", strings.Join(e.Args, " "))
 		case events.TransferLogs:
-			log.Info("transfer log", "message", ansi.ReplaceAllString(strings.Join(e.Args, " "), ""))
+			log.Info("transfer log", "message", consoletext.StripANSI(strings.Join(e.Args, " ")))
 		}
 		s.Publish(e)
 	}
 }
 
-var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
-
 // Send starts an outgoing transfer of s to url (a target's /api/transfers),
-// with token as the Authorization header, and returns at once. The server
-// is flagged transferring until the transfer fails or is cancelled; after a
-// completed transfer it stays flagged, because it now lives on the target
-// (the backend deletes it here).
+// with token as the Authorization header, and returns at once. The server's
+// job slot is held (it is seen transferring) until the transfer fails or is
+// cancelled; after a completed transfer it stays held, because the server
+// now lives on the target (the backend deletes it here). A server busy with
+// another job is refused with a *server.BusyError (409).
 func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error) {
-	if !s.SetTransferring(true) {
-		return nil, ErrInProgress
+	end, err := s.BeginJob(server.JobTransferOut)
+	if err != nil {
+		return nil, err
 	}
 	t := newTransfer(svc.ctx, s.UUID(), svc.publisher(s, "outgoing"))
 	if err := svc.Outgoing.add(t); err != nil {
-		s.SetTransferring(false)
+		end()
 		return nil, err
 	}
 	if err := svc.mark(svc.outgoingDir(), t.server, stageSending); err != nil {
 		svc.Outgoing.remove(t)
 		t.cancel(err)
-		s.SetTransferring(false)
+		end()
 		return nil, fmt.Errorf("recording the transfer: %w", err)
 	}
 	t.announce()
-	svc.wg.Go(func() { svc.runOutgoing(t, s, url, token) })
+	svc.wg.Go(func() {
+		completed := false
+		defer func() {
+			if !completed {
+				end()
+			}
+		}()
+		completed = svc.runOutgoing(t, s, url, token, end)
+	})
 	return t, nil
 }
 
-func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string) {
+// runOutgoing sends the server and reports whether the transfer completed;
+// end releases the job slot, on failure before the outcome is announced.
+func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
@@ -170,7 +179,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		// reaches cancelled or failed.
 		_ = svc.report(t.server, false)
 		svc.unmark(svc.outgoingDir(), t.server)
-		s.SetTransferring(false)
+		end()
 		svc.Outgoing.remove(t)
 		switch t.finish(err) {
 		case Cancelled:
@@ -182,13 +191,14 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 			tl.msg("Transfer failed: " + err.Error())
 			log.Warn("transfer failed", "error", err)
 		}
-		return
+		return false
 	}
 	svc.unmark(svc.outgoingDir(), t.server)
 	svc.Outgoing.remove(t)
 	t.finish(nil)
 	tl.msg("Finished streaming archive to destination.")
 	log.Info("transfer completed")
+	return true
 }
 
 // stream pushes the archive, publishing progress every ProgressInterval.
@@ -254,7 +264,10 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		t.finish(err)
 		return err
 	}
-	s, err := svc.receive(t, id, mr)
+	s, end, err := svc.receive(t, id, mr)
+	if end != nil {
+		defer end()
+	}
 	if err == nil {
 		err = svc.report(id, true)
 	}
@@ -270,9 +283,11 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		if s != nil {
 			if cur, ok := svc.opts.Servers.Get(id); ok && cur == s {
 				t.finish(err) // published to the server's subscribers before it goes
-				if derr := svc.opts.Servers.Delete(context.WithoutCancel(svc.ctx), s); derr != nil {
+				cctx, cancel := server.CleanupContext(svc.ctx)
+				if derr := svc.opts.Servers.Delete(cctx, s); derr != nil {
 					log.Warn("removing the half-received server", "error", derr)
 				}
+				cancel()
 			}
 		} else {
 			_ = os.RemoveAll(svc.dataDir(id))
@@ -284,35 +299,40 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		return refused(err)
 	}
 	svc.unmark(svc.markerDir(), id)
-	s.SetTransferring(false)
+	end()
 	t.finish(nil)
 	log.Info("incoming transfer completed")
 	return nil
 }
 
-func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (*server.Server, error) {
+// receive registers the server, holding its job slot (end releases it),
+// and fills it.
+func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (s *server.Server, end func(), err error) {
 	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the server configuration: %w", err)
+		return nil, nil, fmt.Errorf("fetching the server configuration: %w", err)
 	}
 	def, err := server.DefinitionFromPanel(res, svc.opts.Config.Get().System.CrashDetection.Enabled)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if def.Config.UUID != id {
-		return nil, fmt.Errorf("the backend answered with the configuration of another server")
+		return nil, nil, fmt.Errorf("the backend answered with the configuration of another server")
 	}
-	s, err := svc.opts.Servers.Add(def)
+	s, err = svc.opts.Servers.Add(def)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s.SetTransferring(true)
+	// A new server: its slot is free.
+	if end, err = s.BeginJob(server.JobTransferIn); err != nil {
+		return s, nil, err
+	}
 	t.setPublisher(svc.publisher(s, "incoming"))
 	t.announce()
 	if !t.setStatus(Processing) {
-		return s, context.Cause(t.ctx)
+		return s, end, context.Cause(t.ctx)
 	}
-	return s, svc.fill(t, s, mr)
+	return s, end, svc.fill(t, s, mr)
 }
 
 // fill extracts the archive into the registered server and creates its container.
@@ -379,8 +399,8 @@ func (svc *Service) unmark(dir, id string) {
 //
 // For an outgoing transfer, the backend is told that it failed, unless the
 // backend no longer assigns the server to this node (the target reported
-// success first). The server itself needs nothing: the transferring flag
-// lives in memory and is clear after a restart, and the source's files
+// success first). The server itself needs nothing: its job slot lives in
+// memory and is free after a restart, and the source's files
 // were only read. Without this report, a transfer whose target never heard
 // of the failure (the source died before or while connecting) would stay
 // in progress on the panel forever.
@@ -398,14 +418,14 @@ func (svc *Service) markers(dir string) []string {
 		}
 		return nil
 	}
-	var ids []string
+	var found []string
 	for _, e := range entries {
 		id := e.Name()
-		if u, err := uuid.Parse(id); err == nil && u.String() == strings.ToLower(id) && e.Type().IsRegular() {
-			ids = append(ids, id)
+		if ids.IsUUID(id) && e.Type().IsRegular() {
+			found = append(found, id)
 		}
 	}
-	return ids
+	return found
 }
 
 func (svc *Service) failOutgoing() {

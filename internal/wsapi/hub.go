@@ -51,6 +51,7 @@ const (
 	DefaultReadLimit     = 4096
 	DefaultAuthTimeout   = 10 * time.Second
 	DefaultExpiryWarning = 60 * time.Second
+	DefaultExpiryRepeat  = 30 * time.Second
 	DefaultSlowClient    = 5 * time.Second
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultQueueSize     = 512
@@ -73,12 +74,16 @@ type Options struct {
 	ReadLimit     int64         // largest inbound frame; a larger one closes the socket
 	AuthTimeout   time.Duration // an unauthenticated socket is closed after this
 	ExpiryWarning time.Duration // `token expiring` this long before exp
+	ExpiryRepeat  time.Duration // and again this often until exp
 	// SlowClient: a socket whose event queue stays full this long is closed.
 	SlowClient time.Duration
 	// WriteTimeout bounds one frame write; a client that does not read is
 	// closed when it passes.
 	WriteTimeout time.Duration
-	QueueSize    int // outbound events queued per socket
+	// QueueSize caps the server's events queued per socket, read at every
+	// event (a configuration change applies at once); DefaultQueueSize when
+	// nil or <= 0. A socket holds memory only for what is queued.
+	QueueSize func() int
 }
 
 // Hub owns every websocket session of the daemon.
@@ -110,6 +115,7 @@ func NewHub(opts Options) *Hub {
 	}
 	def(&opts.AuthTimeout, DefaultAuthTimeout)
 	def(&opts.ExpiryWarning, DefaultExpiryWarning)
+	def(&opts.ExpiryRepeat, DefaultExpiryRepeat)
 	def(&opts.SlowClient, DefaultSlowClient)
 	def(&opts.WriteTimeout, DefaultWriteTimeout)
 	if opts.MaxPerServer <= 0 {
@@ -118,10 +124,17 @@ func NewHub(opts Options) *Hub {
 	if opts.ReadLimit <= 0 {
 		opts.ReadLimit = DefaultReadLimit
 	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
-	}
 	return &Hub{opts: opts, perServer: map[string]int{}, sessions: map[*session]struct{}{}}
+}
+
+// queueSize is the live cap of a socket's queue of server events.
+func (h *Hub) queueSize() int {
+	if h.opts.QueueSize != nil {
+		if n := h.opts.QueueSize(); n > 0 {
+			return n
+		}
+	}
+	return DefaultQueueSize
 }
 
 // Reserve takes one of the server's socket slots before the upgrade; ok is
@@ -153,19 +166,48 @@ func (h *Hub) Count(serverUUID string) int {
 	return h.perServer[serverUUID]
 }
 
-// Serve runs one websocket session until it ends. ctx is the request's
-// context: when it ends (daemon shutdown), the socket is closed with 1012.
-func (h *Hub) Serve(ctx context.Context, conn *websocket.Conn, srv Server, ip string) {
-	s := newSession(h, conn, srv, ip)
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		_ = conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
+// Serve runs one websocket session until it ends. When ctx ends, the
+// socket is closed with 1012 (service restart).
+func (h *Hub) Serve(ctx context.Context, sock *Socket, srv Server, ip string) {
+	s := h.register(sock, srv, ip)
+	if s == nil {
 		return
+	}
+	h.serve(ctx, s)
+}
+
+// Go runs one websocket session in a goroutine of the hub, so that the
+// HTTP handler can return and free what the HTTP server holds for the
+// request (its goroutine's stack among it). release is called when the
+// session has ended. Close ends the session.
+func (h *Hub) Go(sock *Socket, srv Server, ip string, release func()) {
+	s := h.register(sock, srv, ip)
+	if s == nil {
+		release()
+		return
+	}
+	go func() {
+		defer release()
+		h.serve(context.Background(), s)
+	}()
+}
+
+// register records a new session; nil (and the socket closed) when the
+// hub is closed.
+func (h *Hub) register(sock *Socket, srv Server, ip string) *session {
+	s := newSession(h, sock, srv, ip)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		_ = sock.conn.Close(websocket.StatusServiceRestart, "daemon is shutting down")
+		return nil
 	}
 	h.sessions[s] = struct{}{}
 	h.wg.Add(1)
-	h.mu.Unlock()
+	return s
+}
+
+func (h *Hub) serve(ctx context.Context, s *session) {
 	defer func() {
 		h.mu.Lock()
 		delete(h.sessions, s)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,29 +55,48 @@ type message struct {
 	Args  []string `json:"args"`
 }
 
-// outItem is what the reader hands to the writer: an event to write, or a
-// new token to act on (subscribe, expiry timers, outbound permissions).
-type outItem struct {
-	ev    events.Event
-	token *tokens.WebsocketClaims
-}
+// closeMarker, queued after `token expired`, tells the writer to close the
+// socket with CloseTokenExpired once the frames before it are written.
+var closeMarker = events.Frame{}
 
+// A session costs one goroutine while idle: the reader (the HTTP handler's
+// goroutine). Everything bound for the client, the server's events and the
+// session's own answers, goes through one queue that holds memory only while
+// it has frames; a writer goroutine runs only while there is something to
+// write, and writes every queued frame with one system call. Timers (auth
+// timeout, token expiry) are runtime timers, not goroutines.
 type session struct {
 	hub  *Hub
 	conn *websocket.Conn
+	out  *corkWriter
 	srv  Server
 	ip   string
-	log  *slog.Logger
+	log  sessionLog
 
-	ctx    context.Context // ends when the session must close
-	cancel context.CancelFunc
-	out    chan outItem
+	// Closing: end starts it once; closed is closed when it is done.
+	ended     atomic.Bool
+	closeOnce sync.Once
+	closed    chan struct{}
+	q         *events.Queue
 
 	closeMu     sync.Mutex
 	closeCode   websocket.StatusCode
 	closeReason string
 
-	claims atomic.Pointer[tokens.WebsocketClaims]
+	claims   atomic.Pointer[tokens.WebsocketClaims]
+	outPerms atomic.Pointer[permissions] // what the server's events are filtered with
+
+	// The writer: at most one runs; none is started once closing is set.
+	wmu     sync.Mutex
+	writing bool
+	closing bool
+	writers sync.WaitGroup
+
+	// Timers, guarded by tmu; gen invalidates the callbacks of older tokens.
+	tmu       sync.Mutex
+	gen       uint64
+	authTimer *time.Timer
+	expiry    *time.Timer // token expiring, then token expired
 
 	// Owned by the reader goroutine.
 	perms permissions
@@ -84,16 +104,36 @@ type session struct {
 	authd bool
 }
 
-func newSession(h *Hub, conn *websocket.Conn, srv Server, ip string) *session {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &session{
-		hub: h, conn: conn, srv: srv, ip: ip,
-		log:    h.opts.Log.With("server", srv.UUID(), "remote", ip),
-		ctx:    ctx,
-		cancel: cancel,
-		out:    make(chan outItem, 64),
+func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
+	s := &session{
+		hub: h, conn: sock.conn, out: sock.out, srv: srv, ip: ip,
+		closed: make(chan struct{}),
 		lim:    newLimiter(),
 	}
+	s.q = events.NewQueue(h.queueSize, s.wants, s.kick)
+	s.log = sessionLog{s}
+	return s
+}
+
+// sessionLog logs with the session's server and remote address, built only
+// when a line is logged: an idle socket keeps no logger of its own.
+type sessionLog struct{ s *session }
+
+func (l sessionLog) logger() *slog.Logger {
+	return l.s.hub.opts.Log.With("server", l.s.srv.UUID(), "remote", l.s.ip)
+}
+func (l sessionLog) Debug(msg string, args ...any) { l.logger().Debug(msg, args...) }
+func (l sessionLog) Info(msg string, args ...any)  { l.logger().Info(msg, args...) }
+func (l sessionLog) Warn(msg string, args ...any)  { l.logger().Warn(msg, args...) }
+
+// wants filters the server's events by the current token's permissions.
+func (s *session) wants(event string) bool {
+	p := eventPermission(event)
+	if p == "" {
+		return true
+	}
+	perms := s.outPerms.Load()
+	return perms != nil && perms.has(p)
 }
 
 // User is the user of the current token ("" before authentication).
@@ -112,34 +152,60 @@ func (s *session) Close(code int, reason string) {
 		s.closeCode, s.closeReason = websocket.StatusCode(code), reason
 	}
 	s.closeMu.Unlock()
-	s.cancel()
+	s.end()
 }
 
-// run serves the socket: the calling goroutine reads, a second one writes.
+// end starts closing the socket, once: a goroutine waits for the writer in
+// flight (it ends within WriteTimeout, so that the close frame is not cut
+// into a frame being written), then sends the close frame, which also ends
+// the reader.
+func (s *session) end() {
+	s.ended.Store(true)
+	s.closeOnce.Do(func() { go s.closeConn() })
+}
+
+func (s *session) closeConn() {
+	defer close(s.closed)
+	s.wmu.Lock()
+	s.closing = true
+	s.wmu.Unlock()
+	s.writers.Wait()
+	s.closeMu.Lock()
+	code, reason := s.closeCode, s.closeReason
+	s.closeMu.Unlock()
+	if code == 0 {
+		code = websocket.StatusNormalClosure
+	}
+	_ = s.conn.Close(code, reason)
+}
+
+// run serves the socket until it ends: the calling goroutine reads.
 func (s *session) run() {
-	defer s.cancel()
 	s.conn.SetReadLimit(s.hub.opts.ReadLimit)
 	remove := s.srv.AddSession(s)
 	defer remove()
 	if s.srv.IsSuspended() && !s.srv.IsRestoring() {
-		_ = s.conn.Close(server.CloseSuspended, "server is suspended")
+		s.Close(server.CloseSuspended, "server is suspended")
+		<-s.closed
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.writeLoop()
-		s.closeMu.Lock()
-		code, reason := s.closeCode, s.closeReason
-		s.closeMu.Unlock()
-		if code == 0 {
-			code = websocket.StatusNormalClosure
-		}
-		_ = s.conn.Close(code, reason)
-	}()
+	s.tmu.Lock()
+	s.authTimer = time.AfterFunc(s.hub.opts.AuthTimeout, func() {
+		s.Close(CloseAuthTimeout, "authentication timed out")
+	})
+	s.tmu.Unlock()
 	s.readLoop()
-	s.cancel()
-	<-done
+	s.end()
+	<-s.closed
+	s.q.Detach()
+	s.tmu.Lock()
+	s.gen++
+	for _, t := range []*time.Timer{s.authTimer, s.expiry} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	s.tmu.Unlock()
 }
 
 func (s *session) readLoop() {
@@ -156,30 +222,40 @@ func (s *session) readLoop() {
 		if typ != websocket.MessageText {
 			continue
 		}
-		var m message
-		if json.Unmarshal(data, &m) != nil || m.Event == "" {
-			continue // invalid frames are ignored
-		}
-		if ok, notice := s.lim.allow(m.Event, s.hub.opts.Now()); !ok {
-			if notice != "" {
-				s.send(events.New(EventThrottled, notice))
-			}
-			continue
-		}
-		s.handle(m)
-		if s.ctx.Err() != nil {
+		// The reader spends its life blocked in Read with a small stack;
+		// handling a message (token checks, JSON, power actions) needs a
+		// deep one, so it runs on a goroutine of its own that ends with it,
+		// and the reader waits for it (messages are handled in order).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.inbound(data)
+		}()
+		<-done
+		if s.ended.Load() {
 			return
 		}
 	}
 }
 
-// send queues an event for the writer; it waits while the queue is full
-// (the writer drains it or closes the socket within WriteTimeout).
-func (s *session) send(ev events.Event) {
-	select {
-	case s.out <- outItem{ev: ev}:
-	case <-s.ctx.Done():
+// inbound handles one text message.
+func (s *session) inbound(data []byte) {
+	var m message
+	if json.Unmarshal(data, &m) != nil || m.Event == "" {
+		return // invalid frames are ignored
 	}
+	if ok, notice := s.lim.allow(m.Event, s.hub.opts.Now()); !ok {
+		if notice != "" {
+			s.send(events.New(EventThrottled, notice))
+		}
+		return
+	}
+	s.handle(m)
+}
+
+// send queues one of the session's own answers for the writer.
+func (s *session) send(ev events.Event) {
+	s.q.Put(events.Encode(ev))
 }
 
 func (s *session) handle(m message) {
@@ -193,11 +269,11 @@ func (s *session) handle(m message) {
 	}
 	c := s.claims.Load()
 	if !s.hub.opts.Now().Before(c.ExpiresAt) {
-		s.send(events.New(EventJWTError, tokens.ErrExpired.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(tokens.ErrExpired)))
 		return
 	}
 	if err := s.hub.opts.Denylist.Check(c.ServerUUID, c.UserUUID, c.IssuedAt); err != nil {
-		s.send(events.New(EventJWTError, err.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(err)))
 		return
 	}
 	switch m.Event {
@@ -233,24 +309,34 @@ func (s *session) authenticate(raw string) {
 	}
 	if err != nil {
 		s.log.Debug("websocket authentication refused", "reason", err)
-		s.send(events.New(EventJWTError, err.Error()))
+		s.send(events.New(EventJWTError, jwtErrorText(err)))
 		return
 	}
 	first := !s.authd
 	s.authd = true
 	s.claims.Store(c)
 	s.perms = newPermissions(c.Permissions)
-	// The writer answers `auth success` when it takes the token, so that
-	// nothing the new token triggers (an immediate `token expiring`) can
-	// overtake it.
-	select {
-	case s.out <- outItem{token: c}:
-	case <-s.ctx.Done():
-		return
-	}
+	perms := s.perms
+	s.outPerms.Store(&perms)
+	// `auth success` is queued before the expiry timers are armed, so that
+	// an immediate `token expiring` cannot overtake it, and (on the first
+	// auth) as the subscription to the server's events starts, so that
+	// every event published after it reaches the client.
+	success := events.Encode(events.New(EventAuthSuccess))
 	if !first {
+		s.q.Put(success)
+		s.armExpiry(c.ExpiresAt)
 		return
 	}
+	s.tmu.Lock()
+	s.authTimer.Stop()
+	s.authTimer = nil
+	s.tmu.Unlock()
+	if !s.srv.Events().Attach(s.q, success) {
+		s.Close(server.CloseDeleted, "server deleted")
+		return
+	}
+	s.armExpiry(c.ExpiresAt)
 	st := s.srv.State()
 	s.send(events.New(events.Status, string(st)))
 	if st == server.Offline && !s.srv.IsInstalling() && !s.srv.IsTransferring() {
@@ -328,120 +414,129 @@ func (s *session) daemonError(err error) {
 	s.send(events.New(EventDaemonError, "an unexpected error was encountered while handling this request (error "+id+")"))
 }
 
-// writeLoop is the only writer of the connection. It forwards the server's
-// events (from the first successful auth on), the reader's answers, and the
-// token expiry notices, and ends when the session must close.
-func (s *session) writeLoop() {
+// armExpiry schedules `token expiring` ExpiryWarning before exp and every
+// ExpiryRepeat after it while the token lives, then `token expired` and the
+// close at exp, on one timer. A new token replaces the schedule.
+func (s *session) armExpiry(exp time.Time) {
 	opts := s.hub.opts
-	authTimer := time.NewTimer(opts.AuthTimeout)
-	defer authTimer.Stop()
-	var (
-		sub                 *events.Subscription
-		subC                <-chan events.Event
-		perms               permissions
-		expiring, expired   *time.Timer
-		expiringC, expiredC <-chan time.Time
-		watchdog            *time.Ticker
-		watchdogC           <-chan time.Time
-	)
-	defer func() {
-		if sub != nil {
-			sub.Close()
-		}
-		if expiring != nil {
-			expiring.Stop()
-			expired.Stop()
-		}
-		if watchdog != nil {
-			watchdog.Stop()
-		}
-	}()
-	for {
-		select {
-		case <-s.ctx.Done():
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	s.gen++
+	gen := s.gen
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	atExp := false // the timer is set for exp itself
+	var fire func()
+	fire = func() {
+		s.tmu.Lock()
+		defer s.tmu.Unlock()
+		if gen != s.gen {
 			return
-		case it := <-s.out:
-			if c := it.token; c != nil {
-				perms = newPermissions(c.Permissions)
-				if sub == nil {
-					authTimer.Stop()
-					sub = s.srv.Events().Subscribe(opts.QueueSize)
-					subC = sub.C
-					watchdog = time.NewTicker(time.Second)
-					watchdogC = watchdog.C
-				}
-				if !s.write(events.New(EventAuthSuccess)) {
-					return
-				}
-				untilExp := c.ExpiresAt.Sub(opts.Now())
-				untilWarn := max(0, untilExp-opts.ExpiryWarning)
-				if expiring == nil {
-					expiring, expired = time.NewTimer(untilWarn), time.NewTimer(untilExp)
-					expiringC, expiredC = expiring.C, expired.C
-				} else {
-					expiring.Reset(untilWarn)
-					expired.Reset(untilExp)
-				}
-				continue
-			}
-			if !s.write(it.ev) {
-				return
-			}
-		case ev, ok := <-subC:
-			if !ok { // the bus closed: the server is gone
+		}
+		left := exp.Sub(opts.Now())
+		if atExp || left <= 0 {
+			s.send(events.New(EventTokenExpired))
+			s.q.Put(closeMarker)
+			return
+		}
+		// Again while the token lives, so that one failed refresh in the
+		// panel is retried.
+		s.send(events.New(EventTokenExpiring))
+		next := opts.ExpiryRepeat
+		if next >= left {
+			next, atExp = left, true
+		}
+		s.expiry.Reset(next)
+	}
+	untilExp := exp.Sub(opts.Now())
+	first := untilExp - opts.ExpiryWarning
+	if first <= 0 && untilExp > 0 {
+		first = 0
+	} else if untilExp <= 0 {
+		first, atExp = 0, true
+	}
+	s.expiry = time.AfterFunc(first, fire)
+}
+
+// kick starts the writer unless it runs or the session is closing; the
+// queue calls it when a frame lands in an empty queue.
+func (s *session) kick() {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.writing || s.closing {
+		return
+	}
+	s.writing = true
+	s.writers.Add(1)
+	go s.writeLoop()
+}
+
+// writeLoop is the only writer of the connection while it runs: it writes
+// what is queued, batch after batch, and ends when the queue is empty (or
+// the session must close).
+func (s *session) writeLoop() {
+	defer s.writers.Done()
+	var batch []events.Frame
+	for {
+		batch = s.q.Take(batch)
+		if len(batch) == 0 {
+			if s.q.Gone() { // the bus closed: the server is gone
 				s.Close(server.CloseDeleted, "server deleted")
 				return
 			}
-			if p := eventPermission(ev.Name); p != "" && !perms.has(p) {
-				continue
-			}
-			if !s.write(ev) {
+			s.out.release()
+			s.wmu.Lock()
+			if s.q.Len() == 0 || s.closing {
+				s.writing = false
+				s.wmu.Unlock()
+				s.q.Trim()
 				return
 			}
-			if sub.FullFor() > opts.SlowClient {
-				s.log.Info("websocket client falls behind; closing it", "user", s.User())
-				s.Close(CloseSlowClient, "client is not reading fast enough")
-				return
-			}
-		case <-watchdogC:
-			if sub.FullFor() > opts.SlowClient {
-				s.log.Info("websocket client falls behind; closing it", "user", s.User())
-				s.Close(CloseSlowClient, "client is not reading fast enough")
-				return
-			}
-		case <-authTimer.C:
-			s.Close(CloseAuthTimeout, "authentication timed out")
+			s.wmu.Unlock()
+			continue
+		}
+		if !s.write(batch) {
 			return
-		case <-expiringC:
-			if !s.write(events.New(EventTokenExpiring)) {
-				return
-			}
-		case <-expiredC:
-			_ = s.write(events.New(EventTokenExpired))
-			s.Close(CloseTokenExpired, "token expired")
+		}
+		if s.q.FullFor() > s.hub.opts.SlowClient {
+			s.log.Info("websocket client falls behind; closing it", "user", s.User())
+			s.Close(CloseSlowClient, "client is not reading fast enough")
 			return
 		}
 	}
 }
 
-// write sends one frame; false when the connection is unusable.
-func (s *session) write(ev events.Event) bool {
-	if ev.Args == nil {
-		ev.Args = []string{}
-	}
-	b, err := json.Marshal(message{Event: ev.Name, Args: ev.Args})
-	if err != nil {
-		return true
-	}
-	// Not derived from s.ctx: a close request lets the frame being written
+// write sends a batch of frames in one system call; false when the session
+// must end.
+func (s *session) write(batch []events.Frame) bool {
+	// Not cut short by a close request: it lets the batch being written
 	// finish, so that the close frame that follows is not lost.
-	ctx, cancel := context.WithTimeout(context.Background(), s.hub.opts.WriteTimeout)
-	defer cancel()
-	if err := s.conn.Write(ctx, websocket.MessageText, b); err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
-			s.log.Info("websocket client does not read; closing it", "user", s.User())
-			s.Close(CloseSlowClient, "client is not reading fast enough")
+	s.out.cork(time.Now().Add(s.hub.opts.WriteTimeout))
+	var err error
+	expired := false
+	for _, f := range batch {
+		if f.Data == nil { // closeMarker
+			expired = true
+			break
 		}
+		if err = s.conn.Write(context.Background(), websocket.MessageText, f.Data); err != nil {
+			break
+		}
+	}
+	if ferr := s.out.flush(); err == nil {
+		err = ferr
+	}
+	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		s.log.Info("websocket client does not read; closing it", "user", s.User())
+		s.Close(CloseSlowClient, "client is not reading fast enough")
+		return false
+	case err != nil:
+		s.end()
+		return false
+	case expired:
+		s.Close(CloseTokenExpired, "token expired")
 		return false
 	}
 	return true

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,11 +75,11 @@ func setup(t *testing.T, opts Options) (*Hub, *fakeServer, string, func()) {
 			return
 		}
 		defer release()
-		c, err := websocket.Accept(w, r, nil)
+		sock, err := Accept(w, r, nil)
 		if err != nil {
 			return
 		}
-		h.Serve(r.Context(), c, srv, "192.0.2.1")
+		h.Serve(r.Context(), sock, srv, "192.0.2.1")
 	}))
 	stop := func() {
 		h.Close()
@@ -199,7 +200,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 func TestWebsocketSlowClientDropped(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	func() {
-		h, srv, url, stop := setup(t, Options{SlowClient: time.Second, WriteTimeout: 2 * time.Second, QueueSize: 64})
+		h, srv, url, stop := setup(t, Options{SlowClient: time.Second, WriteTimeout: 2 * time.Second, QueueSize: func() int { return 64 }})
 		defer stop()
 		idle, reader := dial(t, url), dial(t, url)
 		send(t, idle, "auth", token(t, "*"))
@@ -261,5 +262,93 @@ func TestWebsocketPermissions(t *testing.T) {
 		if got := eventPermission(ev); got != want {
 			t.Errorf("eventPermission(%q) = %q, want %q", ev, got, want)
 		}
+	}
+}
+
+// TestWebsocketTokenExpiringRepeats: `token expiring` comes when the
+// warning window opens and again every ExpiryRepeat until the token
+// expires, so that a failed refresh in the panel is retried.
+func TestWebsocketTokenExpiringRepeats(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	func() {
+		_, _, url, stop := setup(t, Options{ExpiryWarning: time.Minute, ExpiryRepeat: 300 * time.Millisecond})
+		defer stop()
+		c := dial(t, url)
+		defer c.CloseNow()
+		tok, err := tokens.Sign([]byte(testKey), map[string]any{
+			"user_uuid": "u1", "server_uuid": testServer, "permissions": []any{"*"}, "jti": "j",
+			"iat": time.Now().Unix(), "exp": time.Now().Add(3 * time.Second).Unix(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(t, c, "auth", tok)
+		expiring := 0
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, data, err := c.Read(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("socket ended before token expired (%d token expiring): %v", expiring, err)
+			}
+			var m message
+			_ = json.Unmarshal(data, &m)
+			if m.Event == EventTokenExpiring {
+				expiring++
+			}
+			if m.Event == EventTokenExpired {
+				break
+			}
+		}
+		// The token lives 2-3 s: a notice at once, then every 300 ms.
+		if expiring < 5 {
+			t.Fatalf("%d token expiring before token expired, want one every 300 ms", expiring)
+		}
+	}()
+}
+
+// TestWebsocketJWTErrorTexts: the two refusals the panel recovers from
+// carry the texts it looks for.
+func TestWebsocketJWTErrorTexts(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	func() {
+		_, _, url, stop := setup(t, Options{})
+		defer stop()
+		for name, tc := range map[string]struct {
+			iat, exp time.Time
+			want     string
+		}{
+			"expired":     {time.Now(), time.Now().Add(-time.Second), "jwt: exp claim is invalid"},
+			"before boot": {time.Now().Add(-2 * time.Hour), time.Now().Add(time.Hour), "jwt: created too far in past (denylist)"},
+		} {
+			c := dial(t, url)
+			tok, err := tokens.Sign([]byte(testKey), map[string]any{
+				"user_uuid": "u1", "server_uuid": testServer, "permissions": []any{"*"}, "jti": "j",
+				"iat": tc.iat.Unix(), "exp": tc.exp.Unix(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			send(t, c, "auth", tok)
+			m := readUntil(t, c, EventJWTError)
+			if len(m.Args) != 1 || !strings.HasPrefix(m.Args[0], tc.want) {
+				t.Errorf("%s: jwt error %q, want it to start with %q", name, m.Args, tc.want)
+			}
+			c.CloseNow()
+		}
+	}()
+}
+
+// TestQueueSizeReadLive: the cap of a socket's queue follows the option's
+// function at every call (POST /api/update applies without a restart).
+func TestQueueSizeReadLive(t *testing.T) {
+	var size atomic.Int64
+	h := NewHub(Options{QueueSize: func() int { return int(size.Load()) }})
+	if got := h.queueSize(); got != DefaultQueueSize {
+		t.Fatalf("queue size %d with the option at 0, want the default %d", got, DefaultQueueSize)
+	}
+	size.Store(4000)
+	if got := h.queueSize(); got != 4000 {
+		t.Fatalf("queue size %d after a change to 4000", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
 
+	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/runtime"
 )
 
@@ -369,7 +370,8 @@ func (r *Runtime) Logs(ctx context.Context, name string, n int) ([]string, error
 		}()
 		src = pr
 	}
-	lines, err := splitLines(src, maxLogLine)
+	var lines []string
+	err = consoletext.ReadLines(src, maxLogLine, func(l string) { lines = append(lines, l) })
 	if err != nil {
 		return nil, wrap("logs", name, err)
 	}
@@ -377,36 +379,4 @@ func (r *Runtime) Logs(ctx context.Context, name string, n int) ([]string, error
 		lines = lines[len(lines)-n:]
 	}
 	return lines, nil
-}
-
-// splitLines reads r to the end and returns its lines, each cut to at most
-// max bytes and stripped of a trailing "\r".
-func splitLines(r io.Reader, max int) ([]string, error) {
-	br := bufio.NewReaderSize(r, 32<<10)
-	var lines []string
-	var cur []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if room := max - len(cur); room > 0 {
-			c := chunk
-			if len(c) > 0 && c[len(c)-1] == '\n' {
-				c = c[:len(c)-1]
-			}
-			cur = append(cur, c[:min(len(c), room)]...)
-		}
-		switch {
-		case err == nil:
-			lines = append(lines, strings.TrimSuffix(string(cur), "\r"))
-			cur = cur[:0]
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(cur) > 0 {
-				lines = append(lines, strings.TrimSuffix(string(cur), "\r"))
-			}
-			return lines, nil
-		default:
-			return lines, err
-		}
-	}
 }

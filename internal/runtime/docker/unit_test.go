@@ -3,7 +3,6 @@ package docker
 import (
 	"encoding/base64"
 	"encoding/json"
-	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -88,23 +87,6 @@ func TestSignalName(t *testing.T) {
 		if got, err := signalName(in); err == nil {
 			t.Errorf("signalName(%q) = %q, want an error", in, got)
 		}
-	}
-}
-
-func TestSplitLines(t *testing.T) {
-	in := "a\r\nbb\n" + strings.Repeat("x", 100) + "\nlast"
-	got, err := splitLines(strings.NewReader(in), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"a", "bb", strings.Repeat("x", 10), "last"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Errorf("splitLines = %q, want %q", got, want)
-	}
-	// A line longer than the reader's buffer is cut, not grown.
-	got, _ = splitLines(strings.NewReader(strings.Repeat("y", 100000)+"\nz\n"), 64)
-	if len(got) != 2 || len(got[0]) != 64 || got[1] != "z" {
-		t.Errorf("long line: %d lines, first %d bytes", len(got), len(got[0]))
 	}
 }
 

@@ -1,0 +1,567 @@
+package files
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/zip"
+	"github.com/mholt/archives"
+
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// DecompressResult counts what an extraction did.
+type DecompressResult struct {
+	Files, Dirs, Links int
+	Skipped            int // unsafe names, denylisted names, devices, FIFOs, hard links leading out
+	Bytes              int64
+}
+
+// Decompress extracts the archive file (relative to root) into root. The
+// format is found from the content: zip, tar, tar.gz/bz2/xz/zst/lz4, 7z,
+// rar, or a single compressed file (x.gz is written as x). Every write goes
+// through the sandbox. Entries with absolute names, "..", names below a
+// link made by the archive, hard links to anything not extracted before,
+// devices, FIFOs and denylisted names are skipped. Permission bits (never
+// setuid, setgid, sticky) and modification times are kept. The disk limit
+// is checked before when the format declares its sizes up front (zip) and
+// enforced on every write; when it is crossed, or on any other error,
+// everything this extraction wrote is removed.
+func (m *Manager) Decompress(ctx context.Context, root, file string) (DecompressResult, error) {
+	name := join(root, file)
+	src, err := m.FS.Open(name)
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	if fi.IsDir() {
+		return DecompressResult{}, ErrIsDirectory
+	}
+	if !fi.Mode().IsRegular() {
+		return DecompressResult{}, ErrFileType
+	}
+	if dfi, err := m.FS.Stat(root); err != nil {
+		return DecompressResult{}, err
+	} else if !dfi.IsDir() {
+		return DecompressResult{}, ErrNotDirectory
+	}
+	format, stream, err := archives.Identify(ctx, "", src)
+	if errors.Is(err, archives.NoMatch) || format == nil {
+		return DecompressResult{}, ErrUnknownFormat
+	}
+	if err != nil {
+		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
+	}
+	x := &extraction{m: m, root: root, links: map[string]bool{}, known: map[string]bool{}}
+	switch f := format.(type) {
+	case archives.Zip:
+		err = x.zip(ctx, src, fi.Size())
+	case archives.CompressedArchive:
+		if gz, ok := f.Compression.(archives.Gz); ok {
+			gz.Multithreaded = true
+			f.Compression = gz
+		}
+		err = f.Extract(ctx, stream, x.entry)
+	case archives.Extractor:
+		err = f.Extract(ctx, stream, x.entry)
+	case archives.Decompressor:
+		err = x.single(ctx, f, stream, path.Base("/"+file))
+	default:
+		return x.res, ErrUnknownFormat
+	}
+	if err != nil {
+		x.rollback()
+		return x.res, x.userError(err)
+	}
+	x.finishDirs()
+	return x.res, nil
+}
+
+// zip extracts a zip archive: the central directory is read first (sizes
+// checked against the disk limit, names checked, links found), then
+// directories and regular files are written by one worker per core (zip
+// entries are independent), links last.
+func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
+	}
+	if err := x.m.zipFits(zr); err != nil {
+		return err
+	}
+	type job struct {
+		f   *zip.File
+		rel string
+	}
+	var files, links []job
+	for _, f := range zr.File {
+		rel, ok := x.entryName(f.Name)
+		if !ok {
+			x.skip()
+			continue
+		}
+		mode := f.Mode()
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			x.links[rel] = true
+			links = append(links, job{f, rel})
+		case mode.IsDir() || mode.IsRegular():
+			files = append(files, job{f, rel})
+		default:
+			x.skip()
+		}
+	}
+	// Entries below a link of the archive are not written.
+	keep := files[:0]
+	for _, j := range files {
+		if _, ok := x.entryName(j.f.Name); ok {
+			keep = append(keep, j)
+		} else {
+			x.skip()
+		}
+	}
+	files = keep
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+	)
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(files) || ctx.Err() != nil {
+					return
+				}
+				j := files[i]
+				if err := x.zipEntry(j.f, j.rel); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, j := range links {
+		if err := x.entry(ctx, zipInfo(j.f)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *extraction) zipEntry(f *zip.File, rel string) error {
+	name := join(x.root, rel)
+	mode := f.Mode()
+	if mode.IsDir() {
+		if err := x.mkdirs(name); err != nil {
+			return x.skipDenied(err)
+		}
+		x.mu.Lock()
+		x.dirs = append(x.dirs, dirMeta{name, mode.Perm(), f.Modified})
+		x.res.Dirs++
+		x.mu.Unlock()
+		return nil
+	}
+	r, err := f.Open()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return x.file(name, mode.Perm(), f.Modified, r)
+}
+
+// zipInfo describes a zip entry the way the archives package does.
+func zipInfo(f *zip.File) archives.FileInfo {
+	return archives.FileInfo{
+		FileInfo:      f.FileInfo(),
+		Header:        f.FileHeader,
+		NameInArchive: f.Name,
+		Open:          func() (fs.File, error) { r, err := f.Open(); return zipFile{r, f.FileInfo()}, err },
+	}
+}
+
+type zipFile struct {
+	io.ReadCloser
+	fi fs.FileInfo
+}
+
+func (z zipFile) Stat() (fs.FileInfo, error) { return z.fi, nil }
+
+// zipFits refuses a zip whose declared uncompressed size exceeds the
+// space left (the central directory may lie: the writes are bounded too).
+func (m *Manager) zipFits(zr *zip.Reader) error {
+	lim := m.FS.DiskLimit()
+	if lim < 0 {
+		return ErrNoSpace
+	}
+	if lim == 0 {
+		return nil
+	}
+	var total int64
+	for _, f := range zr.File {
+		if total += int64(f.UncompressedSize64); total < 0 || m.FS.Usage()+total > lim {
+			return ErrNoSpace
+		}
+	}
+	return nil
+}
+
+type extraction struct {
+	m     *Manager
+	root  string
+	links map[string]bool // links made by this archive (cleaned names below root)
+
+	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
+	known   map[string]bool // directories known to exist
+	written []string        // files, links and directories this extraction created, in order
+	dirs    []dirMeta
+	res     DecompressResult
+}
+
+func (x *extraction) skip() {
+	x.mu.Lock()
+	x.res.Skipped++
+	x.mu.Unlock()
+}
+
+func (x *extraction) wroteFile(name string, n int64) {
+	x.mu.Lock()
+	x.written = append(x.written, name)
+	x.res.Files++
+	x.res.Bytes += n
+	x.mu.Unlock()
+}
+
+type dirMeta struct {
+	name  string
+	mode  fs.FileMode
+	mtime time.Time
+}
+
+// entryName cleans an archive entry's name; ok is false for names that
+// would leave the target (absolute, "..", NUL, below one of its links).
+func (x *extraction) entryName(name string) (string, bool) {
+	name = strings.ReplaceAll(name, "\\", "/")
+	if name == "" || strings.HasPrefix(name, "/") || strings.IndexByte(name, 0) >= 0 {
+		return "", false
+	}
+	for _, p := range strings.Split(name, "/") {
+		if p == ".." {
+			return "", false
+		}
+	}
+	c := path.Clean(name)
+	if c == "." {
+		return "", false
+	}
+	for p := path.Dir(c); p != "."; p = path.Dir(p) {
+		if x.links[p] {
+			return "", false
+		}
+	}
+	return c, true
+}
+
+func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rel, ok := x.entryName(f.NameInArchive)
+	if !ok {
+		x.skip()
+		return nil
+	}
+	name := join(x.root, rel)
+	mode := f.Mode()
+	if h, ok := f.Header.(*tar.Header); ok && h.Typeflag == tar.TypeLink {
+		return x.hardlink(rel, name, f.LinkTarget)
+	}
+	switch {
+	case mode.IsDir():
+		if err := x.mkdirs(name); err != nil {
+			return x.skipDenied(err)
+		}
+		x.mu.Lock()
+		x.dirs = append(x.dirs, dirMeta{name, mode.Perm(), f.ModTime()})
+		x.res.Dirs++
+		x.mu.Unlock()
+		return nil
+	case mode&fs.ModeSymlink != 0:
+		return x.symlink(rel, name, f)
+	case mode.IsRegular():
+		r, err := f.Open()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		return x.file(name, mode.Perm(), f.ModTime(), r)
+	}
+	x.skip() // device, FIFO, socket
+	return nil
+}
+
+// skipDenied turns a denylist refusal into a skipped entry.
+func (x *extraction) skipDenied(err error) error {
+	if errors.Is(err, sandbox.ErrDenied) {
+		x.skip()
+		return nil
+	}
+	return err
+}
+
+// mkdirs creates name and its missing parents, remembering the new ones;
+// directories already made or seen are not looked at again.
+func (x *extraction) mkdirs(name string) error {
+	c := strings.TrimPrefix(path.Clean("/"+name), "/")
+	if c == "" {
+		return nil
+	}
+	x.mu.Lock()
+	ok := x.known[c]
+	x.mu.Unlock()
+	if ok {
+		return nil
+	}
+	var missing []string
+	for p := c; p != "." && p != ""; p = path.Dir(p) {
+		if _, err := x.m.FS.Lstat(p); err == nil {
+			break
+		}
+		missing = append(missing, p)
+	}
+	if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i := len(missing) - 1; i >= 0; i-- {
+		if !x.known[missing[i]] {
+			x.written = append(x.written, missing[i])
+		}
+	}
+	for p := c; p != "." && p != ""; p = path.Dir(p) {
+		x.known[p] = true
+	}
+	return nil
+}
+
+// clear removes a link or file in the way of a new entry; a directory in
+// the way of a file is an error.
+func (x *extraction) clear(name string) error {
+	fi, err := x.m.FS.Lstat(name)
+	if errors.Is(err, sandbox.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return usererr.New(usererr.Invalid, fmt.Sprintf("Cannot extract the archive: %s is a directory.", display(name)))
+	}
+	return x.m.FS.Remove(name)
+}
+
+func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
+	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
+		return x.skipDenied(err)
+	}
+	if perm == 0 {
+		perm = 0o644
+	}
+	// A new file is created exclusively; only when something is in the way
+	// is it looked at (a link or file removed, a directory refused).
+	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if errors.Is(err, sandbox.ErrExist) {
+		if err := x.clear(name); err != nil {
+			return err
+		}
+		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	}
+	if err != nil {
+		return x.skipDenied(err)
+	}
+	n, err := io.Copy(w, readOnly{r})
+	if err == nil && !mtime.IsZero() {
+		err = w.SetTimes(mtime, mtime)
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	x.wroteFile(name, n)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
+	target := f.LinkTarget
+	if target == "" {
+		// zip stores the target as the entry's contents
+		r, err := f.Open()
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(io.LimitReader(r, 4096))
+		_ = r.Close()
+		if err != nil {
+			return err
+		}
+		target = string(b)
+	}
+	if target == "" {
+		x.skip()
+		return nil
+	}
+	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
+		return x.skipDenied(err)
+	}
+	if err := x.clear(name); err != nil {
+		return err
+	}
+	if err := x.m.FS.Symlink(target, name); err != nil {
+		return x.skipDenied(err)
+	}
+	x.mu.Lock()
+	x.written = append(x.written, name)
+	x.links[rel] = true
+	x.res.Links++
+	x.mu.Unlock()
+	return nil
+}
+
+// hardlink stores a copy of a regular file this archive extracted before;
+// any other target is skipped.
+func (x *extraction) hardlink(rel, name, target string) error {
+	t, ok := x.entryName(target)
+	if !ok || t == rel {
+		x.skip()
+		return nil
+	}
+	tname := join(x.root, t)
+	if !x.wrote(tname) {
+		x.skip()
+		return nil
+	}
+	if fi, err := x.m.FS.Lstat(tname); err != nil || !fi.Mode().IsRegular() {
+		x.skip()
+		return nil
+	}
+	if err := x.clear(name); err != nil {
+		return err
+	}
+	if err := x.m.FS.Copy(tname, name); err != nil {
+		return x.skipDenied(err)
+	}
+	x.wroteFile(name, 0)
+	return nil
+}
+
+func (x *extraction) wrote(name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i := len(x.written) - 1; i >= 0; i-- {
+		if x.written[i] == name {
+			return true
+		}
+	}
+	return false
+}
+
+// single writes a single compressed file next to it, without its
+// compression extension.
+func (x *extraction) single(ctx context.Context, d archives.Decompressor, stream io.Reader, base string) error {
+	out := strings.TrimSuffix(base, path.Ext(base))
+	if out == "" || out == base {
+		out = base + ".out"
+	}
+	rc, err := d.OpenReader(stream)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	name := join(x.root, out)
+	if x.m.FS.Denied(name) {
+		return sandbox.ErrDenied
+	}
+	x.known[path.Clean("/" + x.root)[1:]] = true
+	return x.file(name, 0o644, time.Time{}, ctxReader{ctx, rc})
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// rollback removes what the extraction created, newest first.
+func (x *extraction) rollback() {
+	for i := len(x.written) - 1; i >= 0; i-- {
+		_ = x.m.FS.Remove(x.written[i])
+	}
+}
+
+// finishDirs applies the directories' modes and times, deepest last
+// written first, once their contents are in place.
+func (x *extraction) finishDirs() {
+	for i := len(x.dirs) - 1; i >= 0; i-- {
+		d := x.dirs[i]
+		if d.mode != 0 {
+			_ = x.m.FS.Chmod(d.name, d.mode|0o700)
+		}
+		if !d.mtime.IsZero() {
+			_ = x.m.FS.Lchtimes(d.name, d.mtime, d.mtime)
+		}
+	}
+}
+
+// userError turns an extraction failure into what the user sees.
+func (x *extraction) userError(err error) error {
+	if _, ok := usererr.From(err); ok {
+		return err
+	}
+	var se *sandbox.Error
+	switch {
+	case errors.Is(err, sandbox.ErrNoSpace):
+		return ErrNoSpace
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &se):
+		return err
+	}
+	return usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
+}
+
+func display(name string) string { return path.Clean("/" + name) }

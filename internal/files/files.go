@@ -1,0 +1,470 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// Manager runs the file manager's operations on one server's sandbox.
+type Manager struct {
+	FS *sandbox.FS
+	// Level is the gzip level of compressed archives (archive.ParseLevel).
+	Level int
+	// TempDir is where archive readers that need a seekable copy spool it;
+	// os.TempDir() when empty.
+	TempDir string
+}
+
+// New returns the file manager of fsys.
+func New(fsys *sandbox.FS) *Manager { return &Manager{FS: fsys, Level: 1} }
+
+// join names name inside the directory root (both as the panel sends them:
+// "/" or "" for the server root). Cleaning, and refusing names that climb
+// out, is the sandbox's job.
+func join(root, name string) string {
+	if root == "" {
+		return name
+	}
+	return root + "/" + name
+}
+
+// isRoot reports whether name is the server root itself.
+func isRoot(name string) bool { return path.Clean("/"+name) == "/" }
+
+// ---- listing ----
+
+// List describes the entries of the directory dir: directories first, then
+// files, each group by name. Regular files are typed from their extension
+// or the head of their contents.
+func (m *Manager) List(dir string) ([]Stat, error) {
+	fi, err := m.FS.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Stat
+	switch {
+	case fi.IsDir():
+		out, err = m.listWalk(dir)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		out, err = m.listByName(dir)
+	default:
+		return nil, ErrNotDirectory
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Stat) int {
+		if a.Directory != b.Directory {
+			if a.Directory {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, nil
+}
+
+// listWalk lists a real directory through the sandbox walker, which opens
+// each file relative to the directory's descriptor (one openat per file).
+func (m *Manager) listWalk(dir string) ([]Stat, error) {
+	out := []Stat{}
+	head := make([]byte, sniffLen)
+	first := true
+	err := m.FS.Walk(dir, func(rel string, d fs.DirEntry, err error) error {
+		if first {
+			first = false
+			return err
+		}
+		if err != nil {
+			return nil // vanished or swapped during the listing
+		}
+		fi, ierr := d.Info()
+		if ierr != nil {
+			return nil
+		}
+		if d.IsDir() {
+			out = append(out, NewStat(fi, MimeDirectory))
+			return fs.SkipDir
+		}
+		mime := MimeBinary
+		if fi.Mode().IsRegular() {
+			mime = m.mimeOfEntry(fi, head, rel, d)
+		}
+		out = append(out, NewStat(fi, mime))
+		return nil
+	})
+	return out, err
+}
+
+// listByName lists the directory an in-root link points to.
+func (m *Manager) listByName(dir string) ([]Stat, error) {
+	fi, err := m.FS.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, ErrNotDirectory
+	}
+	entries, err := m.FS.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Stat, 0, len(entries))
+	head := make([]byte, sniffLen)
+	for _, e := range entries {
+		rel := dir + "/" + e.Name()
+		fi, err := m.FS.Lstat(rel)
+		if err != nil {
+			continue
+		}
+		mime := MimeBinary
+		switch {
+		case fi.IsDir():
+			mime = MimeDirectory
+		case fi.Mode().IsRegular():
+			mime = m.mimeOf(fi, head, func() (*sandbox.File, error) { return m.FS.Open(rel) })
+		}
+		out = append(out, NewStat(fi, mime))
+	}
+	return out, nil
+}
+
+// mimeOf types a regular file: by extension for the common text types,
+// empty files without reading, others from their head.
+func (m *Manager) mimeOf(fi fs.FileInfo, head []byte, open func() (*sandbox.File, error)) string {
+	if fi.Size() == 0 {
+		return MimeText
+	}
+	if t := mimeByName(fi.Name()); t != "" {
+		return t
+	}
+	f, err := open()
+	if err != nil {
+		return MimeBinary // denylisted, or gone
+	}
+	n, _ := f.ReadAt(head, 0)
+	_ = f.Close()
+	return DetectMime(fi.Name(), head[:n])
+}
+
+// mimeOfEntry is mimeOf for an entry Walk is reporting: its head is read
+// relative to the walked directory, without an *os.File.
+func (m *Manager) mimeOfEntry(fi fs.FileInfo, head []byte, rel string, d fs.DirEntry) string {
+	if fi.Size() == 0 {
+		return MimeText
+	}
+	if t := mimeByName(fi.Name()); t != "" {
+		return t
+	}
+	n, err := m.FS.ReadHead(rel, d, head)
+	if err != nil {
+		return MimeBinary
+	}
+	return DetectMime(fi.Name(), head[:n])
+}
+
+// StatOf describes name (lstat) with its mime type.
+func (m *Manager) StatOf(name string) (Stat, error) {
+	fi, err := m.FS.Lstat(name)
+	if err != nil {
+		return Stat{}, err
+	}
+	mime := MimeBinary
+	switch {
+	case fi.IsDir():
+		mime = MimeDirectory
+	case fi.Mode().IsRegular():
+		mime = m.mimeOf(fi, make([]byte, sniffLen), func() (*sandbox.File, error) { return m.FS.Open(name) })
+	}
+	return NewStat(fi, mime), nil
+}
+
+// ---- reading ----
+
+// Contents is an open regular file for the contents route.
+type Contents struct {
+	File *sandbox.File
+	Info fs.FileInfo
+	Mime string
+}
+
+// Open opens name for reading its contents: a directory is ErrIsDirectory,
+// pipes, sockets and devices are ErrFileType (refused before anything is
+// sent). The caller closes Contents.File.
+func (m *Manager) Open(name string) (*Contents, error) {
+	f, err := m.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	switch {
+	case fi.IsDir():
+		_ = f.Close()
+		return nil, ErrIsDirectory
+	case !fi.Mode().IsRegular():
+		_ = f.Close()
+		return nil, ErrFileType
+	}
+	head := make([]byte, sniffLen)
+	n, _ := f.ReadAt(head, 0)
+	return &Contents{File: f, Info: fi, Mime: DetectMime(fi.Name(), head[:n])}, nil
+}
+
+// ---- writing ----
+
+// errShortBody: the body ended before its declared length.
+var errShortBody = usererr.New(usererr.Invalid, "The request body is shorter than its Content-Length.")
+
+// Write replaces the contents of name with exactly length bytes of r,
+// creating missing parent directories. The bytes go to a temporary file
+// that is renamed over name once complete: name never holds part of them.
+// An existing file keeps its permission bits; a new one is 0644.
+func (m *Manager) Write(name string, r io.Reader, length int64) error {
+	if length < 0 {
+		return ErrMissingLength
+	}
+	if isRoot(name) {
+		return ErrWriteOnDir
+	}
+	var perm fs.FileMode = 0o644
+	if fi, err := m.FS.Lstat(name); err == nil {
+		if fi.IsDir() {
+			return ErrWriteOnDir
+		}
+		if fi.Mode().IsRegular() {
+			perm = fi.Mode().Perm()
+		}
+	} else if !errors.Is(err, sandbox.ErrNotExist) {
+		return err
+	}
+	if dir := path.Dir("/" + name); dir != "/" {
+		if _, err := m.FS.Stat(dir); errors.Is(err, sandbox.ErrNotExist) {
+			if err := m.FS.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	body := &exactReader{r: r, left: length}
+	err := m.FS.WriteFileAtomic(name, body, perm)
+	if err != nil && body.short {
+		return errShortBody
+	}
+	return err
+}
+
+// exactReader reads exactly left bytes, and notes a body that ends early.
+type exactReader struct {
+	r     io.Reader
+	left  int64
+	short bool
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	if err == io.EOF && e.left > 0 {
+		e.short = true
+		return n, io.ErrUnexpectedEOF
+	}
+	if err != nil && err != io.EOF {
+		e.short = true
+	}
+	if e.left == 0 && err == nil {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Rename is one move of a rename request.
+type Rename struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// RenameAll moves each pair (names relative to root), in order. A missing
+// source is skipped, as Wings does; an existing destination stops with
+// ErrDestExists. Missing parents of a destination are created.
+func (m *Manager) RenameAll(root string, pairs []Rename) error {
+	if len(pairs) == 0 {
+		return ErrNoRenames
+	}
+	for _, p := range pairs {
+		from, to := join(root, p.From), join(root, p.To)
+		if _, err := m.FS.Lstat(from); errors.Is(err, sandbox.ErrNotExist) {
+			continue
+		}
+		err := m.FS.Rename(from, to)
+		switch {
+		case errors.Is(err, sandbox.ErrExist):
+			return ErrDestExists
+		case errors.Is(err, sandbox.ErrInvalid):
+			return usererr.Wrap(err, usererr.Invalid, "The root directory of the server cannot be moved or renamed.")
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// Copy duplicates the regular file location next to itself as "name
+// copy.ext", "name copy 1.ext" … (".tar.gz" and the like count as one
+// extension), and returns the new name.
+func (m *Manager) Copy(location string) (string, error) {
+	fi, err := m.FS.Stat(location)
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", ErrCopyType
+	}
+	dir, file := path.Split(path.Clean("/" + location))
+	for i := 0; ; i++ {
+		name := copyName(file, i, time.Now())
+		if name == "" {
+			return "", usererr.New(usererr.Conflict, "Too many copies of this file exist already.")
+		}
+		err := m.FS.Copy(location, dir+name)
+		switch {
+		case err == nil:
+			return dir + name, nil
+		case errors.Is(err, sandbox.ErrExist):
+			continue
+		case errors.Is(err, sandbox.ErrIsDir), errors.Is(err, sandbox.ErrInvalid):
+			return "", ErrCopyType
+		default:
+			return "", err
+		}
+	}
+}
+
+// copyName is the i-th candidate name for a copy of file; "" when there
+// are no more candidates.
+func copyName(file string, i int, now time.Time) string {
+	base, ext := splitExt(file)
+	switch {
+	case i == 0:
+		return base + " copy" + ext
+	case i <= 50:
+		return base + " copy " + strconv.Itoa(i) + ext
+	case i <= 60:
+		return fmt.Sprintf("%s copy.%s-%d%s", base, now.Format("2006-01-02T150405"), i-50, ext)
+	}
+	return ""
+}
+
+// splitExt splits a file name into its base and extension, with ".tar.gz"
+// (".tar.anything") as one extension and a leading dot part of the base.
+func splitExt(file string) (string, string) {
+	if i := strings.Index(file, ".tar."); i > 0 {
+		return file[:i], file[i:]
+	}
+	ext := path.Ext(file)
+	if ext == file {
+		return file, ""
+	}
+	return strings.TrimSuffix(file, ext), ext
+}
+
+// Mkdir creates the directory name inside dir and its missing parents.
+func (m *Manager) Mkdir(dir, name string) error {
+	err := m.FS.MkdirAll(join(dir, name), 0o755)
+	if errors.Is(err, sandbox.ErrNotDir) {
+		return ErrMkdirNotDir
+	}
+	return err
+}
+
+// Delete removes each name (relative to root) with everything below it; a
+// link is removed as a link. Missing names are not an error. The root
+// itself is refused before anything is deleted.
+func (m *Manager) Delete(ctx context.Context, root string, names []string) error {
+	if len(names) == 0 {
+		return ErrNoDeletes
+	}
+	for _, n := range names {
+		if isRoot(join(root, n)) {
+			return ErrDeleteRoot
+		}
+	}
+	for _, n := range names {
+		if err := m.FS.RemoveAll(ctx, join(root, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Chmod is one entry of a chmod request; Mode is an octal string.
+type Chmod struct {
+	File string `json:"file"`
+	Mode string `json:"mode"`
+}
+
+// ParseMode parses an octal permission string ("755"); setuid, setgid and
+// sticky are refused.
+func ParseMode(s string) (fs.FileMode, error) {
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 8, 32)
+	if err != nil {
+		return 0, ErrBadMode
+	}
+	if v&^0o777 != 0 {
+		return 0, ErrSpecialBits
+	}
+	return fs.FileMode(v), nil
+}
+
+// ChmodAll applies every entry (all modes are checked first). Missing
+// files and symbolic links are skipped: a link has no mode of its own, and
+// its target is never changed through it.
+func (m *Manager) ChmodAll(root string, entries []Chmod) error {
+	if len(entries) == 0 {
+		return ErrNoChmods
+	}
+	modes := make([]fs.FileMode, len(entries))
+	for i, e := range entries {
+		mode, err := ParseMode(e.Mode)
+		if err != nil {
+			return err
+		}
+		modes[i] = mode
+	}
+	for i, e := range entries {
+		name := join(root, e.File)
+		fi, err := m.FS.Lstat(name)
+		if errors.Is(err, sandbox.ErrNotExist) || (err == nil && fi.Mode()&fs.ModeSymlink != 0) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := m.FS.Chmod(name, modes[i]); err != nil {
+			if errors.Is(err, sandbox.ErrInvalid) {
+				continue // swapped for a link meanwhile: still never followed
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package wsapi
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Socket is an accepted websocket whose outbound frames can be coalesced:
+// the frames a session writes between cork and flush leave the process in
+// one write (one system call) instead of one each.
+type Socket struct {
+	conn *websocket.Conn
+	out  *corkWriter
+}
+
+// Accept upgrades the request (websocket.Accept with opts) and returns a
+// Socket for Hub.Serve. On failure Accept has answered the client.
+func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions) (*Socket, error) {
+	h := &corkHijacker{ResponseWriter: w}
+	c, err := websocket.Accept(h, r, opts)
+	if err != nil {
+		return nil, err
+	}
+	if h.out == nil { // Accept hijacks or fails
+		_ = c.CloseNow()
+		return nil, errors.New("websocket accepted without hijacking the connection")
+	}
+	return &Socket{conn: c, out: h.out}, nil
+}
+
+// Sizes of a socket's own buffered reader and writer. Small: inbound frames
+// are at most a few KiB and rare, and outbound frames are gathered by the
+// corkWriter, so larger buffers would only cost memory on every socket.
+const (
+	socketReadBuffer  = 128
+	socketWriteBuffer = 64
+)
+
+// corkHijacker hands the websocket library the hijacked connection with
+// small buffers of its own (the HTTP server's 4 KiB ones are freed when the
+// handler returns) and the writes redirected through a corkWriter.
+type corkHijacker struct {
+	http.ResponseWriter
+	out *corkWriter
+}
+
+func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Bytes the client sent behind the upgrade request (its first frames)
+	// are read before the connection's.
+	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	c := &hijackedConn{Conn: conn, pending: bytes.Clone(pending)}
+	h.out = &corkWriter{conn: conn}
+	return c, bufio.NewReadWriter(bufio.NewReaderSize(c, socketReadBuffer), bufio.NewWriterSize(h.out, socketWriteBuffer)), nil
+}
+
+// hijackedConn reads what the HTTP server had buffered before the
+// connection itself.
+type hijackedConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *hijackedConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// corkWriter passes writes through to the connection, except between cork
+// and flush, when it gathers them for one write. Its buffer is released by
+// release, so an idle socket holds none.
+type corkWriter struct {
+	conn net.Conn
+
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+// corkFlushAt: a batch this large is written without waiting for flush.
+const corkFlushAt = 256 << 10
+
+func (c *corkWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		return c.conn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if len(c.buf) >= corkFlushAt {
+		if err := c.writeLocked(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// cork starts gathering writes; every write to the connection until flush
+// must end before deadline.
+func (c *corkWriter) cork(deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = true
+	_ = c.conn.SetWriteDeadline(deadline)
+}
+
+// flush writes what was gathered since cork and ends the cork.
+func (c *corkWriter) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	var err error
+	if len(c.buf) > 0 {
+		err = c.writeLocked()
+	}
+	_ = c.conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+func (c *corkWriter) writeLocked() error {
+	_, err := c.conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	return err
+}
+
+// release drops the buffer (an idle socket keeps none).
+func (c *corkWriter) release() {
+	c.mu.Lock()
+	if !c.corked {
+		c.buf = nil
+	}
+	c.mu.Unlock()
+}
