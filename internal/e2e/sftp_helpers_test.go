@@ -37,18 +37,11 @@ func sftpServerDef(uuid string, diskMB int, denylist []string) devpanel.Server {
 	return s
 }
 
-// startSFTPNode starts a daemon whose SFTP server listens on a free
-// loopback port.
+// startSFTPNode starts a daemon (its SFTP server listens on a free
+// loopback port, as every test node's does).
 func startSFTPNode(t testing.TB, mutate func(c *config.Config), servers ...devpanel.Server) *node {
 	t.Helper()
-	port := freePort(t)
-	return startNode(t, nodeOptions{servers: servers, mutate: func(c *config.Config) {
-		c.System.SFTP.BindAddress = "127.0.0.1"
-		c.System.SFTP.BindPort = port
-		if mutate != nil {
-			mutate(c)
-		}
-	}})
+	return startNode(t, nodeOptions{servers: servers, mutate: mutate})
 }
 
 func sftpLogin(user, server string) string { return user + "." + server[:8] }
