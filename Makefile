@@ -1,14 +1,29 @@
 # Wharf: build, test, lint, benchmark, run in dev mode.
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# Release targets: static binaries (no cgo), one per architecture.
+PLATFORMS ?= linux/amd64 linux/arm64
 # Tests share one Docker engine and a 2-core machine: keep package parallelism low.
 TESTFLAGS ?= -race -p 2 -timeout 25m
 
-.PHONY: build test lint bench fuzz dev clean
+.PHONY: build release image test lint bench fuzz dev clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/wharf ./cmd/wharf
+
+# dist/wharf-linux-<arch> and dist/SHA256SUMS.
+release:
+	@set -e; mkdir -p dist; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  echo "build dist/wharf-$$os-$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/wharf-$$os-$$arch ./cmd/wharf; \
+	done; cd dist && sha256sum wharf-* > SHA256SUMS
+
+# The container image (packaging/Dockerfile) from the linux/amd64 release binary.
+image: release
+	docker build -f packaging/Dockerfile --build-arg BINARY=dist/wharf-linux-amd64 -t wharf:$(VERSION) .
 
 test:
 	$(GO) test $(TESTFLAGS) ./...
@@ -36,4 +51,4 @@ dev:
 	$(GO) run ./cmd/wharf dev
 
 clean:
-	rm -rf bin .wharf-dev
+	rm -rf bin dist .wharf-dev

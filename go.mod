@@ -24,6 +24,7 @@ require (
 	github.com/klauspost/readahead v1.4.0
 	github.com/pkg/sftp v1.13.12
 	golang.org/x/crypto v0.57.0
+	github.com/prometheus/client_golang v1.25.0
 )
 
 require (
@@ -55,6 +56,13 @@ require (
 	github.com/ulikunitz/xz v0.5.15 // indirect
 	go4.org v0.0.0-20230225012048-214862532bf5 // indirect
 	golang.org/x/text v0.42.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 require (

@@ -9,6 +9,20 @@
 // archive while writing, in one pass. It can end the archive with an
 // integrity entry (ManifestName) listing the SHA-1 of every file.
 //
+// Backups use the tree-trailer layout (WriteOptions.TreeTrailer), so that
+// Wings can restore them after a node is switched back (docs/compatibility.md):
+//
+//	gzip( tar(regular files only, parents implied) ++ tar(directories,
+//	      symbolic links, integrity entry) )
+//
+// Wings' restore writes every entry it reads as a regular file and stops at
+// the first end-of-archive marker, as Go's archive/tar and GNU tar do: it
+// sees only the files, with their contents, modes and times. Extract reads
+// on past the marker and applies the trailer, restoring empty directories,
+// directory modes and times, and links, and checks the integrity entry.
+// Archives of the older layout (everything in one tar stream) and archives
+// made by Wings (files only) extract the same way.
+//
 // Extract streams a tar.gz from any io.Reader into a sandbox: it overwrites
 // existing files, keeps permissions (never setuid, setgid or sticky) and
 // modification times, refuses entries that would escape the root, skips

@@ -114,25 +114,14 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
 		x.buf = x.buf[:min(len(x.buf), burst)]
 	}
-	tr := tar.NewReader(gz)
+	rd := newStreamReader(gz)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
 		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			if first && opts.Ready != nil {
-				if err := opts.Ready(); err != nil {
-					return x.res, err
-				}
-			}
-			break
-		}
-		if err != nil {
-			return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-		if first {
+		hdr, err := rd.next()
+		if (err == io.EOF || hdr != nil) && first {
 			first = false
 			if opts.Ready != nil {
 				if err := opts.Ready(); err != nil {
@@ -140,11 +129,17 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 				}
 			}
 		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 		if x.manOK {
 			// Entries after the integrity entry: it does not describe the archive.
 			return x.res, fmt.Errorf("%w: entries follow %s", ErrChecksumMismatch, ManifestName)
 		}
-		if err := x.entry(tr, hdr); err != nil {
+		if err := x.entry(rd.tr, hdr); err != nil {
 			return x.res, err
 		}
 	}
@@ -504,12 +499,12 @@ func Check(ctx context.Context, r io.Reader) error {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer gz.Close()
-	tr := tar.NewReader(gz)
+	rd := newStreamReader(gz)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		_, err := tr.Next()
+		_, err := rd.next()
 		if err == io.EOF {
 			break
 		}
@@ -521,4 +516,41 @@ func Check(ctx context.Context, r io.Reader) error {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return nil
+}
+
+// streamReader reads the entries of an archive: those of its tar stream,
+// then those of the tree trailer that may follow the end-of-archive marker
+// (see the package comment).
+type streamReader struct {
+	r       io.Reader // the decompressed stream
+	tr      *tar.Reader
+	trailer bool // reading the second stream
+	started bool // an entry of the second stream was read
+}
+
+func newStreamReader(r io.Reader) *streamReader {
+	return &streamReader{r: r, tr: tar.NewReader(r)}
+}
+
+// next returns the next entry of either stream, io.EOF after the last.
+func (s *streamReader) next() (*tar.Header, error) {
+	hdr, err := s.tr.Next()
+	if err == io.EOF && !s.trailer {
+		// The tar reader stops exactly after the two zero blocks of the
+		// marker: what follows is the trailer, zero padding (GNU tar pads
+		// to its record size) or nothing.
+		s.trailer = true
+		s.tr = tar.NewReader(s.r)
+		hdr, err = s.tr.Next()
+	}
+	if s.trailer && !s.started {
+		if err == io.ErrUnexpectedEOF {
+			// Less than a block after the marker: padding, not a trailer.
+			// A stream cut short is still caught by the final drain of
+			// the gzip reader.
+			err = io.EOF
+		}
+		s.started = err == nil
+	}
+	return hdr, err
 }

@@ -35,6 +35,13 @@ type WriteOptions struct {
 	// Manifest appends the integrity entry ManifestName. A file of that
 	// name at the root of the tree is then left out.
 	Manifest bool
+	// TreeTrailer selects the backup layout (see the package comment): the
+	// tar stream holds only the regular files, and the directories, the
+	// symbolic links and the integrity entry follow its end-of-archive
+	// marker as a second tar stream in the same gzip stream. Readers that
+	// stop at the marker (Go's archive/tar, hence Wings' restore, and GNU
+	// tar) then see files only; Extract reads on and restores the tree.
+	TreeTrailer bool
 	// Progress, when set, is called after each entry with the totals so far.
 	Progress func(Progress)
 	// TempDir holds the spool of the integrity entry when it outgrows
@@ -173,7 +180,15 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	if dir == "" {
 		dir = "."
 	}
-	tw := tar.NewWriter(stopOnFail{gz, out})
+	sink := stopOnFail{gz, out}
+	tw := tar.NewWriter(sink)
+	meta := tw // where directories, links and the integrity entry go
+	var trailer *spool
+	if opts.TreeTrailer {
+		trailer = &spool{dir: opts.TempDir}
+		defer trailer.Close()
+		meta = tar.NewWriter(trailer)
+	}
 	ign := NewIgnore(opts.Ignore)
 	var man *spool
 	if opts.Manifest {
@@ -250,17 +265,20 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		default:
 			return nil // socket, device, FIFO
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
+		if err := meta.WriteHeader(hdr); err != nil {
 			return err
 		}
 		report(opts.Progress, &res, out)
 		return nil
 	})
 	if walkErr == nil && opts.Manifest {
-		walkErr = writeManifest(tw, man)
+		walkErr = writeManifest(meta, man)
 	}
 	if walkErr == nil {
 		walkErr = tw.Close()
+	}
+	if walkErr == nil && trailer != nil {
+		walkErr = appendTrailer(sink, meta, trailer)
 	}
 	if walkErr != nil {
 		out.fail(walkErr) // the compressor's last blocks go nowhere
@@ -281,6 +299,20 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	}
 	report(opts.Progress, &res, out)
 	return res, nil
+}
+
+// appendTrailer ends the spooled second tar stream and copies it after the
+// first one's end-of-archive marker.
+func appendTrailer(gz io.Writer, meta *tar.Writer, trailer *spool) error {
+	if err := meta.Close(); err != nil {
+		return err
+	}
+	r, err := trailer.Reader()
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(gz, r)
+	return err
 }
 
 func report(fn func(Progress), res *Result, out *hashCounter) {

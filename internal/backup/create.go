@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
@@ -90,6 +91,7 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 		d, err = s.createRemote(ctx, srv, backup, ignore)
 	}
 	end()
+	metrics.ObserveJob(metrics.Backup, err, d.Size, time.Since(start))
 	status := panel.BackupStatus{ChecksumType: "sha1", Parts: []panel.BackupPart{}}
 	if err != nil {
 		log.Error("backup failed", "error", err)
@@ -177,8 +179,10 @@ func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, d
 		Ignore:   s.ignorePatterns(srv, ignore),
 		Level:    archive.ParseLevel(cfg.System.Backups.CompressionLevel),
 		Manifest: true,
-		TempDir:  cfg.System.TmpDirectory,
-		Hash:     sha1.New, // the backend's checksum_type
+		// Restorable by Wings too, for a node switched back (docs/compatibility.md).
+		TreeTrailer: true,
+		TempDir:     cfg.System.TmpDirectory,
+		Hash:        sha1.New, // the backend's checksum_type
 	})
 	if err == nil && durable {
 		err = f.Sync()

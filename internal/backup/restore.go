@@ -11,6 +11,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -95,6 +96,7 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
+	metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
 	end()
 	if err != nil {
 		log.Error("restore failed", "error", err)

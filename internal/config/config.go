@@ -24,6 +24,14 @@ type Config struct {
 	AllowedOrigins           []string    `yaml:"allowed_origins" json:"allowed_origins"`
 	AllowCORSPrivateNetwork  bool        `yaml:"allow_cors_private_network" json:"allow_cors_private_network"`
 	IgnorePanelConfigUpdates bool        `yaml:"ignore_panel_config_updates" json:"ignore_panel_config_updates"`
+	Metrics                  Metrics     `yaml:"metrics" json:"metrics"`
+}
+
+// Metrics configures the Prometheus endpoint. It is off unless
+// bind_address is set, and every scrape needs the bearer token.
+type Metrics struct {
+	BindAddress string `yaml:"bind_address" json:"bind_address"` // host:port; empty = off
+	Token       string `yaml:"token" json:"token"`               // Authorization: Bearer <token>
 }
 
 // API holds the HTTP listener settings.
@@ -59,6 +67,7 @@ type SSL struct {
 type System struct {
 	RootDirectory          string         `yaml:"root_directory" json:"root_directory"`
 	LogDirectory           string         `yaml:"log_directory" json:"log_directory"`
+	LogFormat              string         `yaml:"log_format" json:"log_format"` // text | json
 	Data                   string         `yaml:"data" json:"data"`
 	ArchiveDirectory       string         `yaml:"archive_directory" json:"archive_directory"`
 	BackupDirectory        string         `yaml:"backup_directory" json:"backup_directory"`
@@ -117,6 +126,12 @@ type Backups struct {
 // Transfers configures server transfers.
 type Transfers struct {
 	DownloadLimit int `yaml:"download_limit" json:"download_limit"`
+	// Live turns on live transfers between Wharf nodes (docs/live-transfers.md):
+	// as a source, ask the target whether it speaks them; as a target, answer
+	// that it does. Off, both directions use the classic transfer only.
+	Live bool `yaml:"live" json:"live"`
+	// Compression of a live transfer's stream: auto, zstd or none.
+	Compression string `yaml:"compression" json:"compression"`
 }
 
 // Docker configures the container runtime.

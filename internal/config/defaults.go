@@ -19,6 +19,7 @@ func Defaults() *Config {
 		System: System{
 			RootDirectory:          "/var/lib/service",
 			LogDirectory:           "/var/log/service",
+			LogFormat:              "text",
 			Data:                   "/var/lib/service/volumes",
 			ArchiveDirectory:       "/var/lib/service/archives",
 			BackupDirectory:        "/var/lib/service/backups",
@@ -32,6 +33,7 @@ func Defaults() *Config {
 			SFTP:                   SFTP{BindAddress: "0.0.0.0", BindPort: 2022},
 			CrashDetection:         CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			Backups:                Backups{CompressionLevel: "best_speed"},
+			Transfers:              Transfers{Compression: "auto"},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{

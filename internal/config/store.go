@@ -64,11 +64,16 @@ func (c *Config) Marshal() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// Save writes the configuration to path atomically with mode 0600 (it holds the token).
+// Save writes the configuration to path atomically with mode 0600 (it holds
+// the token). Keys of the file already at path that the configuration does
+// not know (another agent's settings) are kept.
 func (c *Config) Save(path string) error {
 	data, err := c.Marshal()
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(path); err == nil {
+		data = keepUnknown(data, old)
 	}
 	return atomicfile.WriteFile(path, data, 0o600)
 }
@@ -219,6 +224,12 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "api.remote_download.allow_loopback")
 	}
 	next.API.RemoteDownload.AllowLoopback = current.API.RemoteDownload.AllowLoopback
+	// A listener and its credential: the node's own business.
+	if next.Metrics != current.Metrics {
+		kept = append(kept, "metrics")
+	}
+	next.Metrics = current.Metrics
+	str("system.log_format", &ns.LogFormat, cs.LogFormat)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	if ns.Timezone == "" {

@@ -89,6 +89,17 @@ func (c *Config) Validate() error {
 	if c.System.Username == "" {
 		bad("system.username", "is required")
 	}
+	if f := c.System.LogFormat; f != "" && f != "text" && f != "json" {
+		bad("system.log_format", "must be text or json")
+	}
+	if addr := c.Metrics.BindAddress; addr != "" {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			bad("metrics.bind_address", "must be host:port, such as 127.0.0.1:9101")
+		}
+		if len(c.Metrics.Token) < 16 {
+			bad("metrics.token", "must be at least 16 characters when metrics.bind_address is set (scrapers send it as a bearer token)")
+		}
+	}
 	if c.System.Timezone != "" {
 		if _, err := time.LoadLocation(c.System.Timezone); err != nil {
 			bad("system.timezone", "is not a known time zone")
@@ -110,6 +121,11 @@ func (c *Config) Validate() error {
 	case "none", "best_speed", "best_compression":
 	default:
 		bad("system.backups.compression_level", "must be one of none, best_speed, best_compression")
+	}
+	switch c.System.Transfers.Compression {
+	case "", "auto", "zstd", "none":
+	default:
+		bad("system.transfers.compression", "must be one of auto, zstd, none")
 	}
 	if c.RemoteQuery.Timeout < 1 {
 		bad("remote_query.timeout", "must be at least 1 (second)")

@@ -42,6 +42,8 @@ type Options struct {
 	BootTime time.Time
 	// LogOutput receives the log; stderr when nil.
 	LogOutput *os.File
+	// LogFormat is "text" or "json"; system.log_format when empty.
+	LogFormat string
 	// Ready, when set, is called with the listener address once the API serves.
 	Ready func(addr net.Addr)
 }
@@ -69,8 +71,18 @@ func Run(ctx context.Context, opts Options) error {
 	if out == nil {
 		out = os.Stderr
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	format := opts.LogFormat
+	if format == "" {
+		format = cfg.System.LogFormat
+	}
+	log := slog.New(newLogHandler(out, format, level))
 	log.Info("starting", "app", cfg.AppName, "version", opts.Version, "config", opts.ConfigPath)
+	if data, err := os.ReadFile(opts.ConfigPath); err == nil {
+		if keys := config.UnknownKeys(data); len(keys) > 0 {
+			// Another agent's settings (Wings'): kept in the file, unused here.
+			log.Warn("ignoring configuration keys this version does not know", "keys", keys)
+		}
+	}
 
 	store := config.NewStore(opts.ConfigPath, cfg)
 	if next, err := prepareHost(cfg, log); err != nil {
@@ -162,6 +174,9 @@ func Run(ctx context.Context, opts Options) error {
 			DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
 		}).Run(sftpCtx)
 	})
+	if addr := store.Get().Metrics.BindAddress; addr != "" {
+		startMetrics(ctx, &wg, addr, log, store, servers, acts)
+	}
 
 	denylist := tokens.NewDenylist(opts.BootTime)
 	hub := wsapi.NewHub(wsapi.Options{

@@ -59,6 +59,7 @@ type Panel struct {
 	failNext   map[string]int // path prefix -> number of 500 answers to give
 	sftpUsers  []SFTPUser
 	sftpStatus int // when not 0, every /sftp/auth answers this status
+	app        application
 }
 
 // New returns a panel that accepts the node credentials tokenID.token.
@@ -223,6 +224,10 @@ func (p *Panel) Handler() http.Handler {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 		p.record(r, body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
+		if strings.HasPrefix(r.URL.Path, "/api/application/") {
+			p.serveApplication(w, r)
+			return
+		}
 		if r.Header.Get("Authorization") != "Bearer "+p.tokenID+"."+p.token {
 			writeErr(w, http.StatusForbidden, "AccessDeniedHttpException", "This action is unauthorized.")
 			return

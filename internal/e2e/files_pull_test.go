@@ -178,7 +178,7 @@ func TestFilesPull(t *testing.T) {
 		t.Fatal("held.bin")
 	}
 	res, body = n.files("GET", "pull", nil)
-	if string(body) != "{\"downloads\":null}\n" {
+	if res.StatusCode != 200 || string(body) != "{\"downloads\":null}\n" {
 		t.Fatalf("empty list: %s", body)
 	}
 

@@ -82,7 +82,7 @@ func (a *API) Handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	var h http.Handler = dispatch
+	var h http.Handler = a.instrument(mux, dispatch)
 	h = a.cors(h)
 	h = a.limitUnauthenticatedBody(h)
 	h = a.accessLog(h)

@@ -57,6 +57,7 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/transfer", authBearer, a.withServer(a.postTransfer)},
 		{"DELETE /api/servers/{server}/transfer", authBearer, a.withServer(a.deleteTransfer)},
 		{"POST /api/transfers", authSigned, a.handle(a.postTransfers)},
+		{"GET /api/transfers", authSigned, a.handle(a.getTransfers)},
 		{"DELETE /api/transfers/{server}", authBearer, a.handle(a.deleteIncomingTransfer)},
 
 		// File manager

@@ -2,15 +2,18 @@ package httpapi
 
 import (
 	"bufio"
+	"encoding/json"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/transfer"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 type transferRequest struct {
@@ -55,6 +58,25 @@ func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) err
 	return nil
 }
 
+// getTransfers answers a source's question before a transfer: the live
+// transfers this node speaks (docs/live-transfers.md). A node with live
+// transfers off answers 404, as a node that never heard of them would.
+// The transfer JWT is checked as for the POST, without using it up.
+func (a *API) getTransfers(w http.ResponseWriter, r *http.Request) error {
+	if a.Transfers == nil || !a.Transfers.LiveEnabled() {
+		return errNoResource
+	}
+	raw, err := bearerToken(r)
+	if err != nil {
+		return err
+	}
+	if _, err := a.Tokens.Transfer(raw); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(transfer.LiveOffer())
+}
+
 // postTransfers receives a server from a source node. The transfer JWT is
 // in "Authorization: Bearer"; only a transfer-purpose token is accepted.
 func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) error {
@@ -69,6 +91,9 @@ func (a *API) postTransfers(w http.ResponseWriter, r *http.Request) error {
 	liftBodyDeadline(w)
 	if _, busy := a.Transfers.Incoming.Get(claims.ServerUUID); busy {
 		return transfer.ErrInProgress
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == transfer.LiveContentType && a.Transfers.LiveEnabled() {
+		return a.postLiveTransfer(w, r, claims.ServerUUID)
 	}
 	mr, err := multipartReader(r)
 	if err != nil {
@@ -93,3 +118,20 @@ func multipartReader(r *http.Request) (*multipart.Reader, error) {
 	}
 	return multipart.NewReader(bufio.NewReaderSize(r.Body, 1<<20), params["boundary"]), nil
 }
+
+// postLiveTransfer receives a live stream (the source asked first).
+func (a *API) postLiveTransfer(w http.ResponseWriter, r *http.Request, id string) error {
+	if r.Header.Get(transfer.LiveVersionHeader) != strconv.Itoa(transfer.LiveVersion) {
+		return errLiveVersion
+	}
+	rc := http.NewResponseController(w)
+	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
+	if err := a.Transfers.ReceiveLive(r.Context(), id, r.Body, unblock); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// errLiveVersion: a live stream of a wire version this node does not speak.
+var errLiveVersion = usererr.New(usererr.Invalid, "Unsupported live transfer version.")

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/wharf/wharf/internal/metrics"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -122,6 +124,14 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	b.InitialInterval = 500 * time.Millisecond
 	b.MaxInterval = 5 * time.Second
 	_, err = backoff.Retry(ctx, op, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(timeout))
+	if err != nil {
+		status := 0
+		var re *RequestError
+		if errors.As(err, &re) {
+			status = re.Status
+		}
+		metrics.PanelError(status)
+	}
 	return err
 }
 

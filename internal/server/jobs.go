@@ -70,3 +70,7 @@ func (s *Server) CreateContainer(ctx context.Context) error {
 	}
 	return s.deps.Runtime.Create(ctx, spec)
 }
+
+// DaemonMessage writes a line of the daemon's own into the server's
+// console (what a job tells the users watching it).
+func (s *Server) DaemonMessage(text string) { s.daemonMessage(text) }

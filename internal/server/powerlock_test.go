@@ -218,9 +218,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 	}
 	waitConsole(t, s, "Power action start was not run: Server is currently being restored.")
 	end()
-	if s.State() != Offline {
-		t.Fatalf("state %s", s.State())
-	}
+	waitState(t, s, Offline)
 
 	gate := make(chan struct{})
 	e.rt.SetProcess(runtimetest.Process{StopCommand: "stop", StartGate: gate})

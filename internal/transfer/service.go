@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
 )
@@ -149,13 +150,31 @@ func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error)
 	return t, nil
 }
 
+// errLiveTransferFailed is what the metrics record for a live transfer that
+// did not complete (its cause is already logged and reported).
+var errLiveTransferFailed = errors.New("live transfer failed")
+
 // runOutgoing sends the server and reports whether the transfer completed;
 // end releases the job slot, on failure before the outcome is announced.
 func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
+	start := time.Now()
+	if svc.opts.Config.Get().System.Transfers.Live {
+		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
+			ok := svc.runLive(t, s, url, token, offer, tl, end)
+			var result error
+			if !ok {
+				result = errLiveTransferFailed
+			}
+			metrics.ObserveJob(metrics.TransferOut, result, s.Utilization().DiskBytes, time.Since(start))
+			return ok
+		}
+		log.Info("the target does not speak live transfers: classic transfer")
+	}
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
+	defer func() { metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start)) }()
 	if err == nil {
 		// The stopped container is not needed any more (a start re-creates
 		// it), and on a Docker engine shared with the target it would hold
@@ -241,6 +260,12 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl 
 // created here is removed and the backend is told. unblock, when set, is
 // called on a cancel to break a read that waits on the network.
 func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader, unblock func()) error {
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error { return svc.fill(t, s, mr) })
+}
+
+// receiveWith runs an incoming transfer whose files fill writes (from a
+// classic form or a live stream).
+func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), fill func(*Transfer, *server.Server) error) error {
 	t := newTransfer(ctx, id, nil)
 	if err := svc.Incoming.add(t); err != nil {
 		return err
@@ -264,13 +289,15 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 		t.finish(err)
 		return err
 	}
-	s, end, err := svc.receive(t, id, mr)
+	start := time.Now()
+	s, end, err := svc.receive(t, id, fill)
 	if end != nil {
 		defer end()
 	}
 	if err == nil {
 		err = svc.report(id, true)
 	}
+	defer func() { metrics.ObserveJob(metrics.TransferIn, err, 0, time.Since(start)) }()
 	switch {
 	case err == nil:
 	case errors.Is(context.Cause(t.ctx), ErrCancelled):
@@ -307,7 +334,7 @@ func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader
 
 // receive registers the server, holding its job slot (end releases it),
 // and fills it.
-func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (s *server.Server, end func(), err error) {
+func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Server) error) (s *server.Server, end func(), err error) {
 	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fetching the server configuration: %w", err)
@@ -332,7 +359,7 @@ func (svc *Service) receive(t *Transfer, id string, mr *multipart.Reader) (s *se
 	if !t.setStatus(Processing) {
 		return s, end, context.Cause(t.ctx)
 	}
-	return s, end, svc.fill(t, s, mr)
+	return s, end, fill(t, s)
 }
 
 // fill extracts the archive into the registered server and creates its container.

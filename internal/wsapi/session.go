@@ -426,9 +426,9 @@ func (s *session) armExpiry(exp time.Time) {
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
-	atExp := false // the timer is set for exp itself
-	var fire func()
-	fire = func() {
+	untilExp := exp.Sub(opts.Now())
+	atExp := untilExp <= 0 // the timer is set for exp itself
+	fire := func() {
 		s.tmu.Lock()
 		defer s.tmu.Unlock()
 		if gen != s.gen {
@@ -449,14 +449,7 @@ func (s *session) armExpiry(exp time.Time) {
 		}
 		s.expiry.Reset(next)
 	}
-	untilExp := exp.Sub(opts.Now())
-	first := untilExp - opts.ExpiryWarning
-	if first <= 0 && untilExp > 0 {
-		first = 0
-	} else if untilExp <= 0 {
-		first, atExp = 0, true
-	}
-	s.expiry = time.AfterFunc(first, fire)
+	s.expiry = time.AfterFunc(max(0, untilExp-opts.ExpiryWarning), fire)
 }
 
 // kick starts the writer unless it runs or the session is closing; the

@@ -21,24 +21,28 @@ func Open(tb testing.TB, root string) *sandbox.FS {
 	return f.Trusted()
 }
 
-// Headers lists the entries of the tar.gz read from r by name, or fails tb
-// when it is not a valid tar.gz.
+// Headers lists the entries of the tar.gz read from r by name, those of the
+// tree trailer that may follow the end-of-archive marker included (see
+// package archive), or fails tb when it is not a valid tar.gz.
 func Headers(tb testing.TB, r io.Reader) map[string]*tar.Header {
 	tb.Helper()
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		tb.Fatalf("not a gzip stream: %v", err)
 	}
-	tr := tar.NewReader(gz)
 	out := map[string]*tar.Header{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out
+	for range 2 { // the tar stream, then the trailer
+		tr := tar.NewReader(gz)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				tb.Fatalf("not a valid tar.gz: %v", err)
+			}
+			out[h.Name] = h
 		}
-		if err != nil {
-			tb.Fatalf("not a valid tar.gz: %v", err)
-		}
-		out[h.Name] = h
 	}
+	return out
 }

@@ -1,0 +1,265 @@
+// Package diagnostics implements `wharf diagnostics`: one plain-text report
+// an operator can paste into a support thread. It never contains a secret:
+// the configuration is shown with its credentials replaced, and the whole
+// report is scrubbed of every credential value before it is written.
+package diagnostics
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/runtime/docker"
+)
+
+// Redacted replaces every secret in the report.
+const Redacted = "REDACTED"
+
+// Options configure a report.
+type Options struct {
+	ConfigPath string
+	Version    string
+	Commit     string
+	// LogLines is how many of the last daemon log lines to include.
+	LogLines int
+	// Logs returns the last n lines of the daemon log; the journal of the
+	// wharf unit (journalctl) when nil.
+	Logs func(ctx context.Context, n int) ([]string, error)
+	// DockerHost overrides DOCKER_HOST (tests).
+	DockerHost string
+}
+
+// Write produces the report on out.
+func Write(ctx context.Context, out io.Writer, opts Options) error {
+	var b strings.Builder
+	section := func(title string) { fmt.Fprintf(&b, "\n== %s ==\n", title) }
+
+	fmt.Fprintf(&b, "Wharf diagnostics, %s\n", time.Now().UTC().Format(time.RFC3339))
+	section("Versions")
+	fmt.Fprintf(&b, "wharf:   %s (commit %s)\n", opts.Version, opts.Commit)
+	fmt.Fprintf(&b, "go:      %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(&b, "kernel:  %s\n", kernel())
+	fmt.Fprintf(&b, "os:      %s\n", osName())
+
+	section("Docker")
+	dockerInfo(ctx, &b, opts.DockerHost)
+
+	section("Configuration " + opts.ConfigPath)
+	cfg, secrets := configuration(&b, opts.ConfigPath)
+
+	if cfg != nil {
+		section("Panel")
+		panelCheck(ctx, &b, cfg)
+		section("Disk space")
+		diskSpace(&b, cfg)
+	}
+
+	section(fmt.Sprintf("Last %d log lines", opts.LogLines))
+	logs := opts.Logs
+	if logs == nil {
+		logs = journal
+	}
+	if lines, err := logs(ctx, opts.LogLines); err != nil {
+		fmt.Fprintf(&b, "(not available: %v)\n", err)
+	} else {
+		for _, l := range lines {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
+	}
+
+	_, err := io.WriteString(out, scrub(b.String(), secrets))
+	return err
+}
+
+// scrub replaces every occurrence of a secret value.
+func scrub(s string, secrets []string) string {
+	for _, v := range secrets {
+		if len(v) >= 3 { // shorter values would blank out ordinary text
+			s = strings.ReplaceAll(s, v, Redacted)
+		}
+	}
+	return s
+}
+
+func kernel() string {
+	read := func(name string) string {
+		data, err := os.ReadFile("/proc/sys/kernel/" + name)
+		if err != nil {
+			return "unknown"
+		}
+		return strings.TrimSpace(string(data))
+	}
+	return read("ostype") + " " + read("osrelease")
+}
+
+func osName() string {
+	f, err := os.Open("/etc/os-release")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return "unknown"
+}
+
+func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
+		return
+	}
+	defer rt.Close()
+	info, err := rt.EngineInfo(ctx)
+	if err != nil {
+		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
+		return
+	}
+	fmt.Fprintf(b, "engine:         %s (API %s)\n", info.Version, info.APIVersion)
+	fmt.Fprintf(b, "storage driver: %s\n", info.StorageDriver)
+	fmt.Fprintf(b, "cgroup:         v%s, driver %s\n", info.CgroupVersion, info.CgroupDriver)
+	fmt.Fprintf(b, "containers:     %d (%d running)\n", info.Containers, info.Running)
+}
+
+// configuration prints the configuration with its secrets replaced and
+// returns it with the secret values (for scrub).
+func configuration(b *strings.Builder, path string) (*config.Config, []string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(b, "(cannot read it: %v)\n", err)
+		return nil, nil
+	}
+	c, err := config.Parse(data)
+	if err != nil {
+		fmt.Fprintf(b, "(not valid YAML: %v)\n", err)
+		return nil, nil
+	}
+	secrets := []string{c.Token, c.TokenID, c.API.SSL.Key, c.API.SSL.Cert, c.Metrics.Token}
+	shown := c.Clone()
+	redact := func(s *string) {
+		if *s != "" {
+			*s = Redacted
+		}
+	}
+	redact(&shown.Token)
+	redact(&shown.TokenID)
+	redact(&shown.API.SSL.Cert)
+	redact(&shown.API.SSL.Key)
+	redact(&shown.Metrics.Token)
+	for name, r := range shown.Docker.Registries {
+		secrets = append(secrets, c.Docker.Registries[name].Password)
+		redact(&r.Password)
+		shown.Docker.Registries[name] = r
+	}
+	if err := c.Validate(); err != nil {
+		fmt.Fprintf(b, "invalid: %v\n", err)
+	}
+	if keys := config.UnknownKeys(data); len(keys) > 0 {
+		fmt.Fprintf(b, "keys not used by this version: %s\n", strings.Join(keys, ", "))
+	}
+	yml, err := shown.Marshal()
+	if err != nil {
+		fmt.Fprintf(b, "(cannot render it: %v)\n", err)
+		return c, secrets
+	}
+	b.Write(yml)
+	return c, secrets
+}
+
+// panelCheck calls the panel's remote API with the node credentials.
+func panelCheck(ctx context.Context, b *strings.Builder, c *config.Config) {
+	if c.Remote == "" {
+		b.WriteString("remote is not set\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	u := strings.TrimRight(c.Remote, "/") + "/api/remote/servers?page=0&per_page=1"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		fmt.Fprintf(b, "remote %q is not a valid URL\n", c.Remote)
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+c.TokenID+"."+c.Token)
+	req.Header.Set("Accept", "application/vnd.pterodactyl.v1+json")
+	start := time.Now()
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(b, "%s does not answer: %v\n", c.Remote, err)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 1<<20))
+	res.Body.Close()
+	verdict := "answers and accepts the node credentials"
+	switch {
+	case res.StatusCode == 401 || res.StatusCode == 403:
+		verdict = "answers but refuses the node credentials (token_id/token)"
+	case res.StatusCode >= 300:
+		verdict = "answers with an error"
+	}
+	fmt.Fprintf(b, "%s %s: %s in %s\n", c.Remote, verdict, res.Status, time.Since(start).Round(time.Millisecond))
+}
+
+func diskSpace(b *strings.Builder, c *config.Config) {
+	for _, d := range []struct{ key, path string }{
+		{"root_directory", c.System.RootDirectory},
+		{"data", c.System.Data},
+		{"backup_directory", c.System.BackupDirectory},
+		{"archive_directory", c.System.ArchiveDirectory},
+		{"tmp_directory", c.System.TmpDirectory},
+		{"log_directory", c.System.LogDirectory},
+	} {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(d.path, &st); err != nil {
+			fmt.Fprintf(b, "%-18s %s: %v\n", d.key, d.path, err)
+			continue
+		}
+		bs := uint64(st.Bsize)
+		fmt.Fprintf(b, "%-18s %s: %s free of %s\n", d.key, d.path, human(st.Bavail*bs), human(st.Blocks*bs))
+	}
+}
+
+func human(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// journal reads the last n lines of the wharf unit's journal.
+func journal(ctx context.Context, n int) ([]string, error) {
+	path, err := exec.LookPath("journalctl")
+	if err != nil {
+		return nil, fmt.Errorf("journalctl not found; the daemon logs to stderr")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--unit", "wharf", "--lines", fmt.Sprint(n), "--no-pager", "--output", "short-iso").Output()
+	if err != nil {
+		return nil, fmt.Errorf("journalctl: %v", err)
+	}
+	return strings.Split(strings.TrimRight(string(out), "\n"), "\n"), nil
+}

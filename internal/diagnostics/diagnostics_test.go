@@ -1,0 +1,92 @@
+package diagnostics
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
+)
+
+// TestReportHasNoSecret writes a report for a node whose configuration holds
+// every kind of secret, with log lines that (wrongly) contain some of them
+// too, and checks that none of them is printed while the rest is there.
+func TestReportHasNoSecret(t *testing.T) {
+	const (
+		tokenID    = "tokIdQx81Zp"
+		token      = "nodeTokenS3cretValue-9a8b7c6d5e4f"
+		regPass    = "ghp_registryPassw0rdXYZ"
+		certPath   = "/etc/letsencrypt/live/node1.example.com/fullchain.pem"
+		keyPath    = "/etc/letsencrypt/live/node1.example.com/privkey.pem"
+		metricsTok = "scrape-token-0123456789abcdef"
+	)
+	p := devpanel.New(tokenID, token)
+	panelSrv := httptest.NewServer(p.Handler())
+	defer panelSrv.Close()
+
+	dir := t.TempDir()
+	c := config.Defaults()
+	c.UUID = "5f2e0e55-7c5b-4c4e-8d3f-2a9f6f7d3c11"
+	c.TokenID, c.Token, c.Remote = tokenID, token, panelSrv.URL
+	c.API.SSL = config.SSL{Enabled: true, Cert: certPath, Key: keyPath}
+	c.Docker.Registries = map[string]config.RegistryAuth{"ghcr.io": {Username: "bot", Password: regPass}}
+	c.Metrics = config.Metrics{BindAddress: "127.0.0.1:9101", Token: metricsTok}
+	c.PlaceUnder(dir)
+	for _, d := range []string{c.System.RootDirectory, c.System.Data, c.System.BackupDirectory} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "config.yml")
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	err := Write(context.Background(), &out, Options{
+		ConfigPath: path, Version: "1.2.3", Commit: "abc1234", LogLines: 2,
+		Logs: func(_ context.Context, n int) ([]string, error) {
+			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass}[:n], nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok} {
+		if strings.Contains(report, secret) {
+			t.Fatalf("the report prints %q:\n%s", secret, report)
+		}
+	}
+	for _, want := range []string{
+		"1.2.3 (commit abc1234)", "go1.", "kernel:", "storage driver:", "cgroup:",
+		"token: " + Redacted, "token_id: " + Redacted, "password: " + Redacted, "username: bot",
+		"accepts the node credentials: 200", "data", "free of", "level=INFO msg=boot", "token=" + Redacted,
+	} {
+		if !strings.Contains(report, want) {
+			t.Fatalf("the report lacks %q:\n%s", want, report)
+		}
+	}
+	if len(p.CallsTo("GET", "/servers")) == 0 {
+		t.Fatal("the panel was not asked")
+	}
+}
+
+func TestReportWithoutConfiguration(t *testing.T) {
+	var out bytes.Buffer
+	err := Write(context.Background(), &out, Options{
+		ConfigPath: filepath.Join(t.TempDir(), "missing.yml"), LogLines: 5,
+		Logs: func(context.Context, int) ([]string, error) { return nil, os.ErrNotExist },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "cannot read it") || !strings.Contains(out.String(), "not available") {
+		t.Fatalf("report:\n%s", out.String())
+	}
+}

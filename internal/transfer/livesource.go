@@ -1,0 +1,617 @@
+package transfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// Tuning of the source of a live transfer.
+const (
+	// negotiateTimeout bounds the question to the target; no clear answer
+	// in time means the classic transfer.
+	negotiateTimeout = 5 * time.Second
+	// maxOnlinePasses bounds the passes made while the server runs.
+	maxOnlinePasses = 4
+	// finalTarget is how long the final pass (the server stopped) should
+	// take at most; more changes than that make another online pass.
+	finalTarget = 2 * time.Second
+	// minFinalBudget: a delta this small never needs another online pass.
+	minFinalBudget = 16 << 20
+	// racyWindow: a file modified this close to the moment it was read may
+	// change again without its time stamp changing (coarse kernel clocks),
+	// so it is sent again in the next pass whatever its stat says.
+	racyWindow = time.Second
+)
+
+// negotiate asks the target whether it speaks live transfers. ok is false
+// on any answer but a clear offer of version LiveVersion.
+func (svc *Service) negotiate(ctx context.Context, url, token string) (Offer, bool) {
+	ctx, cancel := context.WithTimeout(ctx, negotiateTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Offer{}, false
+	}
+	req.Header.Set("Authorization", token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
+	res, err := svc.opts.Client.Do(req)
+	if err != nil {
+		return Offer{}, false
+	}
+	defer res.Body.Close()
+	var o Offer
+	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&o) != nil {
+		return Offer{}, false
+	}
+	if o.Protocol != LiveProtocol || !slices.Contains(o.Versions, LiveVersion) {
+		return Offer{}, false
+	}
+	return o, true
+}
+
+// compressionFor picks the stream's compression from the configuration
+// and what the target offers.
+func compressionFor(configured string, o Offer) string {
+	zstdOK := slices.Contains(o.Compression, "zstd")
+	switch {
+	case configured == "none" || !zstdOK:
+		return "none"
+	case configured == "zstd":
+		return "zstd"
+	}
+	return "auto"
+}
+
+// liveEntry is what the source sent of one path (and what it knew of it).
+type liveEntry struct {
+	kind   byte // 'd', 'f' or 'l'
+	mode   fs.FileMode
+	mtime  int64 // ns
+	ctime  int64 // ns
+	ino    uint64
+	size   int64
+	sum    [32]byte
+	target string
+	racy   bool
+}
+
+// scanned is one path of a scan of the tree.
+type scanned struct {
+	rel  string
+	kind byte
+	fi   fs.FileInfo
+}
+
+// liveSender streams a server's tree in passes.
+type liveSender struct {
+	ctx   context.Context
+	src   *sandbox.FS
+	rw    *recWriter
+	cw    *chunkWriter
+	index map[string]*liveEntry
+	buf   []byte
+	sent  atomic.Int64 // file bytes sent
+	pass  atomic.Int64
+	phase atomic.Int64
+}
+
+func statTimes(fi fs.FileInfo) (ctime int64, ino uint64) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ctim.Nano(), st.Ino
+	}
+	return 0, 0
+}
+
+func kindOf(m fs.FileMode) byte {
+	switch {
+	case m.IsDir():
+		return 'd'
+	case m.IsRegular():
+		return 'f'
+	case m&fs.ModeSymlink != 0:
+		return 'l'
+	}
+	return 0
+}
+
+// scan lists the tree (lstat only), in walk order.
+func (ls *liveSender) scan() ([]scanned, error) {
+	var out []scanned
+	err := ls.src.WalkContext(ls.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if rel == "." {
+				return err
+			}
+			return nil // vanished during the walk
+		}
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if k := kindOf(fi.Mode()); k != 0 {
+			out = append(out, scanned{rel: rel, kind: k, fi: fi})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// unchanged reports whether the file at s is what was sent.
+func (ls *liveSender) unchanged(s scanned) bool {
+	prev := ls.index[s.rel]
+	if prev == nil || prev.kind != s.kind {
+		return false
+	}
+	mtime := s.fi.ModTime().UnixNano()
+	switch s.kind {
+	case 'f':
+		ctime, ino := statTimes(s.fi)
+		return !prev.racy && prev.size == s.fi.Size() && prev.mtime == mtime && prev.ctime == ctime && prev.ino == ino && prev.mode == s.fi.Mode().Perm()
+	case 'l':
+		return prev.mtime == mtime
+	}
+	return true // directories: created once, metadata in the manifest
+}
+
+// pending sums the file bytes a pass over the scan would send.
+func (ls *liveSender) pending(tree []scanned) int64 {
+	var n int64
+	for _, s := range tree {
+		if s.kind == 'f' && !ls.unchanged(s) {
+			n += s.fi.Size()
+		}
+	}
+	return n
+}
+
+// send makes one pass: deletions first, then what is new or changed.
+func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
+	ls.pass.Store(int64(pass))
+	ls.phase.Store(int64(phase))
+	ls.rw.begin(recPass)
+	ls.rw.uvarint(uint64(pass))
+	ls.rw.bytes([]byte{phase})
+	if err := ls.rw.flush(); err != nil {
+		return err
+	}
+	now := make(map[string]byte, len(tree))
+	for _, s := range tree {
+		now[s.rel] = s.kind
+	}
+	var gone []string
+	for rel, e := range ls.index {
+		if k, ok := now[rel]; !ok || k != e.kind {
+			gone = append(gone, rel)
+		}
+	}
+	slices.Sort(gone)
+	var last string
+	for _, rel := range gone {
+		delete(ls.index, rel)
+		if last != "" && strings.HasPrefix(rel, last+"/") {
+			continue // removed with its directory
+		}
+		last = rel
+		if err := ls.remove(rel); err != nil {
+			return err
+		}
+	}
+	for _, s := range tree {
+		if err := ls.ctx.Err(); err != nil {
+			return context.Cause(ls.ctx)
+		}
+		if ls.unchanged(s) {
+			if s.kind == 'd' {
+				e := ls.index[s.rel]
+				e.mode, e.mtime = s.fi.Mode().Perm(), s.fi.ModTime().UnixNano()
+			}
+			continue
+		}
+		var err error
+		switch s.kind {
+		case 'd':
+			err = ls.dir(s)
+		case 'l':
+			err = ls.link(s)
+		case 'f':
+			err = ls.file(s, phase == phaseFinal)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (ls *liveSender) remove(rel string) error {
+	ls.rw.begin(recDelete)
+	ls.rw.str(rel)
+	return ls.rw.flush()
+}
+
+func (ls *liveSender) dir(s scanned) error {
+	e := &liveEntry{kind: 'd', mode: s.fi.Mode().Perm(), mtime: s.fi.ModTime().UnixNano()}
+	ls.index[s.rel] = e
+	ls.rw.begin(recDir)
+	ls.rw.str(s.rel)
+	ls.rw.uvarint(uint64(e.mode))
+	ls.rw.varint(e.mtime)
+	return ls.rw.flush()
+}
+
+func (ls *liveSender) link(s scanned) error {
+	target, err := ls.src.Readlink(s.rel)
+	if err != nil || target == "" {
+		return ls.vanished(s.rel)
+	}
+	e := &liveEntry{kind: 'l', mode: s.fi.Mode().Perm(), mtime: s.fi.ModTime().UnixNano(), target: target}
+	ls.index[s.rel] = e
+	ls.rw.begin(recLink)
+	ls.rw.str(s.rel)
+	ls.rw.str(target)
+	ls.rw.varint(e.mtime)
+	return ls.rw.flush()
+}
+
+// vanished forgets a path that disappeared between the scan and its read.
+func (ls *liveSender) vanished(rel string) error {
+	if _, ok := ls.index[rel]; !ok {
+		return nil
+	}
+	delete(ls.index, rel)
+	return ls.remove(rel)
+}
+
+// file sends a regular file with the size it had when opened (cut, or
+// padded with zeros: a file the running server changes while it is read is
+// sent again by a later pass, its stat having changed).
+func (ls *liveSender) file(s scanned, final bool) error {
+	started := time.Now()
+	f, err := ls.src.Open(s.rel)
+	if err != nil {
+		return ls.vanished(s.rel)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return ls.vanished(s.rel)
+	}
+	ctime, ino := statTimes(fi)
+	e := &liveEntry{kind: 'f', mode: fi.Mode().Perm(), mtime: fi.ModTime().UnixNano(), ctime: ctime, ino: ino, size: fi.Size()}
+	ls.rw.begin(recFile)
+	ls.rw.str(s.rel)
+	ls.rw.uvarint(uint64(e.mode))
+	ls.rw.varint(e.mtime)
+	ls.rw.uvarint(uint64(e.size))
+	if err := ls.rw.flush(); err != nil {
+		return err
+	}
+	h := sha256.New()
+	if err := copyExactly(io.MultiWriter(ls.rw.w, h), f, e.size, ls.buf); err != nil {
+		return err
+	}
+	ls.sent.Add(e.size)
+	copy(e.sum[:], h.Sum(nil))
+	ls.rw.scratch = append(ls.rw.scratch[:0], e.sum[:]...)
+	if err := ls.rw.flush(); err != nil {
+		return err
+	}
+	if !final {
+		after, serr := f.Stat()
+		edge := started.Add(-racyWindow).UnixNano()
+		e.racy = serr != nil || after.ModTime().UnixNano() != e.mtime || after.Size() != e.size || e.mtime >= edge || e.ctime >= edge
+	}
+	ls.index[s.rel] = e
+	return nil
+}
+
+// manifest lists the whole tree as sent, then ends the stream.
+func (ls *liveSender) manifest() error {
+	paths := make([]string, 0, len(ls.index))
+	for rel := range ls.index {
+		paths = append(paths, rel)
+	}
+	slices.Sort(paths)
+	for _, rel := range paths {
+		e := ls.index[rel]
+		ls.rw.begin(recManifest)
+		ls.rw.bytes([]byte{e.kind})
+		ls.rw.str(rel)
+		ls.rw.uvarint(uint64(e.mode))
+		ls.rw.varint(e.mtime)
+		ls.rw.uvarint(uint64(e.size))
+		switch e.kind {
+		case 'f':
+			ls.rw.bytes(e.sum[:])
+		case 'l':
+			ls.rw.str(e.target)
+		}
+		if err := ls.rw.flush(); err != nil {
+			return err
+		}
+	}
+	ls.rw.begin(recEnd)
+	ls.rw.uvarint(uint64(len(paths)))
+	return ls.rw.flush()
+}
+
+// liveRun is the state of one outgoing live transfer shared with its
+// owner: whether and when the server was stopped.
+type liveRun struct {
+	sentAll   atomic.Bool // the end record was written
+	stopped   atomic.Bool
+	stoppedAt atomic.Int64 // unix ns
+}
+
+// streamLive runs the passes and the final phase over one POST to the
+// target.
+func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compression string, run *liveRun, tl transferLog) error {
+	ctx := t.ctx
+	total := s.Utilization().DiskBytes
+	if total <= 0 {
+		if n, err := s.Files().RefreshUsage(ctx); err == nil {
+			total = n
+		}
+	}
+	pr, pw := io.Pipe()
+	// The passes end as soon as the target answers (it only answers early
+	// to refuse): never stop the server for a transfer that is over.
+	passCtx, passCancel := context.WithCancelCause(ctx)
+	defer passCancel(nil)
+	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, buf: make([]byte, 256<<10)}
+	cw, err := newChunkWriter(pw, compression)
+	if err != nil {
+		return err
+	}
+	ls.rw, ls.cw = &recWriter{w: cw}, cw
+	stopProgress := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(svc.opts.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
+			case <-stopProgress:
+				return
+			}
+		}
+	})
+	defer func() { close(stopProgress); wg.Wait() }()
+
+	done := make(chan error, 1)
+	go func() {
+		err := svc.livePasses(ls, s, run, tl)
+		if cerr := cw.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			run.sentAll.Store(true)
+		}
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pipeBody{pr})
+	if err != nil {
+		pr.CloseWithError(err)
+		<-done
+		return err
+	}
+	req.Header.Set("Authorization", token)
+	req.Header.Set("Content-Type", LiveContentType)
+	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
+	res, err := svc.opts.Client.Do(req)
+	passCancel(errAnswered)
+	if err != nil {
+		pr.CloseWithError(err)
+		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && !errors.Is(werr, errAnswered) && ctx.Err() == nil && !errors.Is(werr, err) {
+			return fmt.Errorf("%w (while writing the stream: %v)", err, werr)
+		}
+		return err
+	}
+	defer res.Body.Close()
+	pr.CloseWithError(errAnswered)
+	werr := <-done
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	if res.StatusCode != http.StatusOK {
+		return &StatusError{Code: res.StatusCode}
+	}
+	if werr == nil {
+		tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
+		svc.opts.Log.Info("live transfer streamed", "server", t.server, "passes", ls.pass.Load(),
+			"file_bytes", ls.sent.Load(), "wire_bytes", cw.sent.Load(), "chunks", cw.chunks.Load(), "zstd_chunks", cw.zchunks.Load())
+	}
+	return werr
+}
+
+func phaseNote(pass, phase int64) string {
+	switch phase {
+	case phaseOnline:
+		return fmt.Sprintf(" (phase 1, pass %d: the server is online)", pass)
+	case phaseFinal:
+		return " (phase 2: the server is stopped, sending the last changes)"
+	}
+	return ""
+}
+
+// livePasses writes the stream: online passes while the changes are large,
+// then the stop, the final pass and the manifest.
+func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, tl transferLog) error {
+	tree, err := ls.scan()
+	if err != nil {
+		return err
+	}
+	for pass := 1; ; pass++ {
+		began := time.Now()
+		before := ls.sent.Load()
+		if err := ls.send(tree, pass, phaseOnline); err != nil {
+			return err
+		}
+		rate := float64(ls.sent.Load()-before) / max(time.Since(began).Seconds(), 0.001)
+		if tree, err = ls.scan(); err != nil {
+			return err
+		}
+		left := ls.pending(tree)
+		budget := max(int64(rate*finalTarget.Seconds()), minFinalBudget)
+		svc.opts.Log.Info("live transfer pass done", "server", s.UUID(), "pass", pass, "changed_bytes", left, "budget", budget)
+		if left <= budget || pass >= maxOnlinePasses {
+			break
+		}
+		tl.msg(fmt.Sprintf("Pass %d done; %s changed meanwhile: sending the changes while the server stays online.", pass, humanBytes(left)))
+	}
+	// Whatever the target answered meanwhile ends the transfer here, with
+	// the server still running.
+	if err := ls.cw.broken(); err != nil {
+		return err
+	}
+	if err := ls.ctx.Err(); err != nil {
+		return context.Cause(ls.ctx)
+	}
+	tl.msg("Stopping the server to send the last changes...")
+	// A stop once begun runs to its end (StopWait bounds it), whatever
+	// happens to the transfer meanwhile: a failure then finds the server
+	// stopped, never half-way, and starts it again.
+	run.stopped.Store(true)
+	if err := s.StopForJob(context.WithoutCancel(ls.ctx), svc.opts.StopWait); err != nil {
+		return err
+	}
+	run.stoppedAt.Store(time.Now().UnixNano())
+	svc.opts.Log.Info("live transfer: the server is stopped, sending the last changes", "server", s.UUID())
+	// As in the classic transfer: the stopped container is not needed (a
+	// start re-creates it) and would hold the name the target's needs on
+	// a shared engine.
+	if rerr := svc.opts.Servers.RemoveContainer(ls.ctx, s.UUID()); rerr != nil {
+		svc.opts.Log.Warn("could not remove the stopped container before sending", "server", s.UUID(), "error", rerr)
+	}
+	if tree, err = ls.scan(); err != nil {
+		return err
+	}
+	if err := ls.send(tree, int(ls.pass.Load())+1, phaseFinal); err != nil {
+		return err
+	}
+	return ls.manifest()
+}
+
+// runLive is runOutgoing for a target that speaks live transfers: it
+// reports whether the transfer completed; end releases the job slot.
+func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, offer Offer, tl transferLog, end func()) bool {
+	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
+	compression := compressionFor(svc.opts.Config.Get().System.Transfers.Compression, offer)
+	wasRunning := s.State() != server.Offline
+	log.Info("the target speaks live transfers", "version", LiveVersion, "compression", compression)
+	run := &liveRun{}
+	var err error
+	if !t.setStatus(Processing) {
+		err = context.Cause(t.ctx)
+	}
+	if err == nil {
+		tl.msg("Streaming archive to destination... (live transfer: the server stays online while its files are copied)")
+		err = svc.streamLive(t, s, url, token, compression, run, tl)
+	}
+	if t.ctx.Err() != nil && err != nil {
+		err = context.Cause(t.ctx)
+	}
+	if err != nil {
+		rerr := svc.report(t.server, false)
+		svc.unmark(svc.outgoingDir(), t.server)
+		end()
+		svc.Outgoing.remove(t)
+		// Once the whole stream is out, the target may have registered the
+		// server (and told the backend) before the connection broke:
+		// starting it here too would run it twice. The target did not
+		// succeed when it answered an error, when this side cancelled, or
+		// when the backend accepted this failure (the panels refuse it once
+		// the transfer has ended). Otherwise the server stays stopped, as
+		// after a failed classic transfer.
+		var serr *StatusError
+		certain := !run.sentAll.Load() || errors.As(err, &serr) || errors.Is(err, ErrCancelled) || rerr == nil
+		switch t.finish(err) {
+		case Cancelled:
+			tl.msg("Transfer cancelled.")
+			log.Info("transfer cancelled", "stopped", run.stopped.Load())
+		case Completed:
+			return false
+		default:
+			tl.msg("Transfer failed: " + err.Error())
+			log.Warn("transfer failed", "error", err, "stopped", run.stopped.Load())
+		}
+		if run.stopped.Load() && wasRunning && certain {
+			svc.restartAfterFailure(s, tl, log)
+		}
+		return false
+	}
+	offline := time.Duration(time.Now().UnixNano() - run.stoppedAt.Load())
+	svc.unmark(svc.outgoingDir(), t.server)
+	svc.Outgoing.remove(t)
+	t.finish(nil)
+	tl.msg("Finished streaming archive to destination.")
+	log.Info("transfer completed", "live", true, "offline", offline.Round(time.Millisecond).String(), "offline_ms", offline.Milliseconds())
+	return true
+}
+
+// restartAfterFailure starts again a server that a failed live transfer
+// stopped.
+func (svc *Service) restartAfterFailure(s *server.Server, tl transferLog, log interface {
+	Info(string, ...any)
+	Warn(string, ...any)
+}) {
+	const msg = "The transfer failed after the server was stopped: starting the server again on this node."
+	tl.msg(msg)
+	s.DaemonMessage(msg)
+	if err := s.Power(svc.ctx, server.PowerStart, svc.opts.StopWait); err != nil {
+		log.Warn("could not start the server again after a failed transfer", "error", err)
+		return
+	}
+	log.Info("server started again after a failed live transfer")
+}
+
+// copyExactly writes exactly size bytes of r to w: a read error or an
+// early end (the file shrank) is padded with zeros; only write errors
+// are returned.
+func copyExactly(w io.Writer, r io.Reader, size int64, buf []byte) error {
+	readable := true
+	for size > 0 {
+		n := 0
+		chunk := buf[:min(int64(len(buf)), size)]
+		if readable {
+			var err error
+			n, err = io.ReadFull(r, chunk)
+			if err != nil {
+				readable = false
+			}
+		}
+		if !readable {
+			clear(chunk[n:])
+			n = len(chunk)
+		}
+		if _, err := w.Write(chunk[:n]); err != nil {
+			return err
+		}
+		size -= int64(n)
+	}
+	return nil
+}
+
+// LiveEnabled reports whether this node speaks live transfers
+// (system.transfers.live).
+func (svc *Service) LiveEnabled() bool { return svc.opts.Config.Get().System.Transfers.Live }

@@ -1,0 +1,512 @@
+package transfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/server"
+)
+
+// ReceiveLive runs an incoming live transfer of server id from body (a
+// live stream, docs/live-transfers.md). As with Receive, the server is
+// registered first; the files are written into its directory pass by pass,
+// and only after the final pass has been checked against the source's
+// manifest is the container created and success reported.
+func (svc *Service) ReceiveLive(ctx context.Context, id string, body io.Reader, unblock func()) error {
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
+		return svc.fillLive(t, s, body)
+	})
+}
+
+func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) error {
+	cfg := svc.opts.Config.Get()
+	cr, err := newChunkReader(ctxReader{t.ctx, body})
+	if err != nil {
+		return err
+	}
+	defer cr.Close()
+	a := &applier{
+		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: sha256.New(),
+		buf: make([]byte, 256<<10), sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
+		log: func(pass uint64, phase byte) {
+			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
+		},
+	}
+	if limit := int64(cfg.System.Transfers.DownloadLimit) * 1024 * 1024; limit > 0 {
+		burst := int(min(limit, 1<<30))
+		a.limiter = rate.NewLimiter(rate.Limit(limit), burst)
+		a.buf = a.buf[:min(len(a.buf), burst)]
+	}
+	if err := a.run(); err != nil {
+		if t.ctx.Err() != nil {
+			return context.Cause(t.ctx)
+		}
+		return err
+	}
+	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
+		return err
+	}
+	if err := s.CreateContainer(t.ctx); err != nil {
+		return fmt.Errorf("creating the container: %w", err)
+	}
+	return nil
+}
+
+// fileSum is what the target wrote at a path: checked against the source's
+// hash as it arrived, and against the manifest at the end.
+type fileSum struct {
+	size int64
+	sum  [32]byte
+}
+
+type manEntry struct {
+	kind   byte
+	mode   fs.FileMode
+	mtime  int64
+	size   int64
+	sum    [32]byte
+	target string
+}
+
+// applier writes a live stream into a server's directory.
+type applier struct {
+	ctx     context.Context
+	dst     *sandbox.FS
+	r       recReader
+	h       hash.Hash
+	buf     []byte
+	limiter *rate.Limiter
+	sums    map[string]fileSum
+	man     map[string]*manEntry
+	final   bool
+	started bool
+	dirs    map[string]bool // directories known to exist
+	log     func(pass uint64, phase byte)
+}
+
+// ErrManifestMismatch: after the final pass the target's tree is not the
+// one the source's manifest describes.
+var ErrManifestMismatch = fmt.Errorf("%w: the received tree does not match the source's manifest", ErrChecksumMismatch)
+
+func (a *applier) run() error {
+	for {
+		if err := a.ctx.Err(); err != nil {
+			return context.Cause(a.ctx)
+		}
+		kind, err := a.r.byte()
+		if err != nil {
+			return streamErr(err)
+		}
+		if err := a.record(kind); err != nil {
+			return streamErr(err)
+		}
+		if kind == recEnd {
+			return nil
+		}
+	}
+}
+
+// streamErr marks a truncated stream as what it is: the source went away.
+func streamErr(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: %w", ErrSourceGone, err)
+	}
+	return err
+}
+
+func (a *applier) record(kind byte) error {
+	if a.final && kind != recManifest && kind != recEnd && len(a.man) > 0 {
+		return errBadStream // only manifest records follow the first one
+	}
+	switch kind {
+	case recPass:
+		pass, err := a.r.uvarint()
+		if err != nil {
+			return err
+		}
+		phase, err := a.r.byte()
+		if err != nil {
+			return err
+		}
+		if phase != phaseOnline && phase != phaseFinal {
+			return errBadStream
+		}
+		if !a.started {
+			// The server is new on this node: whatever its directory holds
+			// (left by an earlier failed attempt) is not the source's.
+			if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
+				return err
+			}
+			clear(a.dirs)
+			a.started = true
+		}
+		a.final = phase == phaseFinal
+		a.log(pass, phase)
+		return nil
+	case recDir:
+		rel, mode, mtime, err := a.head()
+		if err != nil {
+			return err
+		}
+		return a.dir(rel, mode, mtime)
+	case recFile:
+		rel, mode, mtime, err := a.head()
+		if err != nil {
+			return err
+		}
+		size, err := a.r.uvarint()
+		if err != nil {
+			return err
+		}
+		if size > 1<<50 {
+			return errBadStream
+		}
+		return a.file(rel, mode, mtime, int64(size))
+	case recLink:
+		rel, err := a.name()
+		if err != nil {
+			return err
+		}
+		target, err := a.r.str()
+		if err != nil {
+			return err
+		}
+		mtime, err := a.r.varint()
+		if err != nil {
+			return err
+		}
+		return a.link(rel, target, mtime)
+	case recDelete:
+		rel, err := a.name()
+		if err != nil {
+			return err
+		}
+		return a.remove(rel)
+	case recManifest:
+		if !a.final {
+			return errBadStream
+		}
+		return a.manifestEntry()
+	case recEnd:
+		n, err := a.r.uvarint()
+		if err != nil {
+			return err
+		}
+		if !a.final || n != uint64(len(a.man)) {
+			return errBadStream
+		}
+		return a.verify()
+	}
+	return errBadStream
+}
+
+// name reads a path and refuses one leading out of the root.
+func (a *applier) name() (string, error) {
+	rel, err := a.r.str()
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(rel, "/") || strings.IndexByte(rel, 0) >= 0 || path.Clean(rel) != rel || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", fmt.Errorf("%w: %q", errBadStream, rel)
+	}
+	return rel, nil
+}
+
+func (a *applier) head() (rel string, mode fs.FileMode, mtime int64, err error) {
+	if rel, err = a.name(); err != nil {
+		return
+	}
+	m, err := a.r.uvarint()
+	if err != nil {
+		return
+	}
+	mode = fs.FileMode(m) & fs.ModePerm
+	mtime, err = a.r.varint()
+	return
+}
+
+// parents makes rel's parent directories, replacing a file or link in the
+// way. Directories known to exist are not looked at again.
+func (a *applier) parents(rel string) error {
+	dir := path.Dir(rel)
+	if dir == "." || a.dirs[dir] {
+		return nil
+	}
+	parts := strings.Split(dir, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		if a.dirs[p] {
+			continue
+		}
+		err := a.dst.Mkdir(p, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			fi, lerr := a.dst.Lstat(p)
+			if lerr != nil {
+				return lerr
+			}
+			if !fi.IsDir() {
+				if err := a.remove(p); err != nil {
+					return err
+				}
+				err = a.dst.Mkdir(p, 0o755)
+			} else {
+				err = nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+		a.dirs[p] = true
+	}
+	return nil
+}
+
+// clear removes what is at rel unless it is of the wanted kind.
+func (a *applier) clear(rel string, want byte) (existed bool, err error) {
+	fi, err := a.dst.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if k := kindOf(fi.Mode()); k == want && want != 'l' {
+		return true, nil
+	}
+	return false, a.remove(rel)
+}
+
+func (a *applier) remove(rel string) error {
+	fi, err := a.dst.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, sandbox.ErrNotDir) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.dst.RemoveAll(a.ctx, rel); err != nil {
+		return err
+	}
+	delete(a.sums, rel)
+	if fi.IsDir() {
+		for p := range a.sums {
+			if strings.HasPrefix(p, rel+"/") {
+				delete(a.sums, p)
+			}
+		}
+		clear(a.dirs)
+	}
+	return nil
+}
+
+func (a *applier) dir(rel string, mode fs.FileMode, mtime int64) error {
+	if a.dirs[rel] {
+		return nil
+	}
+	if err := a.parents(rel); err != nil {
+		return err
+	}
+	err := a.dst.Mkdir(rel, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		var existed bool
+		if existed, err = a.clear(rel, 'd'); err == nil && !existed {
+			err = a.dst.Mkdir(rel, 0o755)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	a.dirs[rel] = true
+	_ = a.dst.Chmod(rel, mode)
+	return nil
+}
+
+func (a *applier) link(rel, target string, mtime int64) error {
+	if err := a.parents(rel); err != nil {
+		return err
+	}
+	if _, err := a.clear(rel, 'l'); err != nil {
+		return err
+	}
+	if err := a.dst.Symlink(target, rel); err != nil {
+		return err
+	}
+	t := time.Unix(0, mtime)
+	_ = a.dst.Lchtimes(rel, t, t)
+	return nil
+}
+
+func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
+	if err := a.parents(rel); err != nil {
+		return err
+	}
+	delete(a.sums, rel)
+	// A new file is created exclusively; only something in the way is
+	// looked at (a directory or link removed, a file truncated).
+	existed := false
+	f, err := a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if errors.Is(err, fs.ErrExist) {
+		if existed, err = a.clear(rel, 'f'); err != nil {
+			return err
+		}
+		f, err = a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	}
+	if err != nil {
+		return err
+	}
+	a.h.Reset()
+	err = a.copy(io.MultiWriter(f, a.h), size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && existed {
+		err = a.dst.Chmod(rel, mode)
+	}
+	if err == nil {
+		// By name, in nanoseconds (a descriptor's SetTimes keeps microseconds).
+		t := time.Unix(0, mtime)
+		err = a.dst.Lchtimes(rel, t, t)
+	}
+	if err != nil {
+		return err
+	}
+	want, err := a.r.sum()
+	if err != nil {
+		return err
+	}
+	var got [32]byte
+	copy(got[:], a.h.Sum(nil))
+	if got != want {
+		return fmt.Errorf("%w: %s", ErrChecksumMismatch, rel)
+	}
+	a.sums[rel] = fileSum{size: size, sum: got}
+	return nil
+}
+
+// copy moves size bytes of the stream to w through the rate limiter.
+func (a *applier) copy(w io.Writer, size int64) error {
+	for size > 0 {
+		chunk := a.buf[:min(int64(len(a.buf)), size)]
+		n, err := io.ReadFull(a.r.r, chunk)
+		if n > 0 {
+			if a.limiter != nil {
+				if err := a.limiter.WaitN(a.ctx, n); err != nil {
+					return err
+				}
+			}
+			if _, werr := w.Write(chunk[:n]); werr != nil {
+				return werr
+			}
+			size -= int64(n)
+		}
+		if err != nil {
+			return unexpectedEOF(err)
+		}
+	}
+	return nil
+}
+
+func (a *applier) manifestEntry() error {
+	kind, err := a.r.byte()
+	if err != nil {
+		return err
+	}
+	rel, mode, mtime, err := a.head()
+	if err != nil {
+		return err
+	}
+	size, err := a.r.uvarint()
+	if err != nil {
+		return err
+	}
+	e := &manEntry{kind: kind, mode: mode, mtime: mtime, size: int64(size)}
+	switch kind {
+	case 'd':
+	case 'f':
+		if e.sum, err = a.r.sum(); err != nil {
+			return err
+		}
+	case 'l':
+		if e.target, err = a.r.str(); err != nil {
+			return err
+		}
+	default:
+		return errBadStream
+	}
+	if _, dup := a.man[rel]; dup {
+		return errBadStream
+	}
+	a.man[rel] = e
+	return nil
+}
+
+// verify applies the directories' modes and times and checks the whole
+// tree against the manifest: every path, kind, mode, time, link target, and
+// every file's size and hash (the hash taken when the file arrived, in
+// whichever pass that was).
+func (a *applier) verify() error {
+	for rel, e := range a.man {
+		if e.kind == 'd' {
+			t := time.Unix(0, e.mtime)
+			if err := a.dst.Chmod(rel, e.mode); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, rel, err)
+			}
+			_ = a.dst.Lchtimes(rel, t, t)
+		}
+	}
+	seen := 0
+	err := a.dst.WalkContext(a.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		e := a.man[rel]
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if e == nil || kindOf(fi.Mode()) != e.kind {
+			return fmt.Errorf("%w: %s", ErrManifestMismatch, rel)
+		}
+		seen++
+		ok := true
+		switch e.kind {
+		case 'd':
+			ok = fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
+		case 'f':
+			s, have := a.sums[rel]
+			ok = have && s.size == e.size && s.sum == e.sum && fi.Size() == e.size &&
+				fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
+		case 'l':
+			target, err := a.dst.Readlink(rel)
+			ok = err == nil && target == e.target && fi.ModTime().UnixNano() == e.mtime
+		}
+		if !ok {
+			s := a.sums[rel]
+			return fmt.Errorf("%w: %s (want %c %o %d %d, have %o %d %d, received %d)", ErrManifestMismatch, rel,
+				e.kind, e.mode, e.mtime, e.size, fi.Mode().Perm(), fi.ModTime().UnixNano(), fi.Size(), s.size)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if seen != len(a.man) {
+		return fmt.Errorf("%w: %d paths missing", ErrManifestMismatch, len(a.man)-seen)
+	}
+	return nil
+}
