@@ -270,6 +270,22 @@ func TestUpload(t *testing.T) {
 	assertJSONError(t, res, body, 401)
 }
 
+// An upload to a suspended server is refused with 409 and writes nothing,
+// as every other user change to its files is.
+func TestUploadRefusedWhileSuspended(t *testing.T) {
+	n := signedNode(t, nil)
+	n.Panel.UpdateSettings(signedServer, "suspended", true)
+	res, body := n.request("POST", "/api/servers/"+signedServer+"/sync", nil, "")
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("sync: %d %s", res.StatusCode, body)
+	}
+	res, body = n.upload("?directory=/&token="+n.signURL(uploadClaims()), map[string][]byte{"new.txt": []byte("n")})
+	assertJSONError(t, res, body, 409)
+	if _, err := os.Stat(filepath.Join(n.dataDir(signedServer), "new.txt")); !os.IsNotExist(err) {
+		t.Fatal("an upload reached a suspended server's files")
+	}
+}
+
 // attacks.md F3: uploading through a symlinked directory that points outside
 // creates nothing outside.
 func TestUploadThroughSymlinkOutside(t *testing.T) {

@@ -139,6 +139,11 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The same rule as the file manager: no user changes while the server
+	// is suspended or an install, restore or transfer rewrites its tree.
+	if err := s.CheckFileWrites(); err != nil {
+		return err
+	}
 	liftBodyDeadline(w)
 	mr, err := r.MultipartReader()
 	if err != nil {
