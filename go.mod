@@ -22,6 +22,8 @@ require (
 require (
 	github.com/coder/websocket v1.8.15
 	github.com/klauspost/readahead v1.4.0
+	github.com/pkg/sftp v1.13.12
+	golang.org/x/crypto v0.57.0
 	github.com/prometheus/client_golang v1.25.0
 )
 
@@ -37,6 +39,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.1 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.20.1 // indirect
 	github.com/aws/smithy-go v1.28.1 // indirect
+	github.com/kr/fs v0.1.0 // indirect
 	github.com/bodgit/plumbing v1.3.0 // indirect
 	github.com/bodgit/sevenzip v1.6.1 // indirect
 	github.com/bodgit/windows v1.0.1 // indirect

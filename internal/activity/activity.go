@@ -227,8 +227,10 @@ func (q *Queue) next(n int) ([]panel.Activity, int64, error) {
 	var (
 		out      []panel.Activity
 		consumed int64
+		merge    = merger{}
+		raw      int
 	)
-	for len(out) < n {
+	for len(out) < n && raw < n*mergeFactor {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// An overlong line: skip it whole.
@@ -253,7 +255,12 @@ func (q *Queue) next(n int) ([]panel.Activity, int64, error) {
 			q.log.Warn("activity queue: skipping a corrupt record", "error", err)
 			continue
 		}
+		raw++
+		if merge.into(out, a) {
+			continue
+		}
 		out = append(out, a)
+		merge.added(out)
 	}
 	return out, consumed, nil
 }

@@ -105,6 +105,8 @@ type SFTP struct {
 	BindAddress string `yaml:"bind_address" json:"bind_address"`
 	BindPort    int    `yaml:"bind_port" json:"bind_port"`
 	ReadOnly    bool   `yaml:"read_only" json:"read_only"`
+	// KeyOnly refuses password logins (Pelican's system.sftp.key_only).
+	KeyOnly bool `yaml:"key_only" json:"key_only"`
 }
 
 // CrashDetection configures automatic restarts after a crash.

@@ -27,6 +27,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/sftpd"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
@@ -162,6 +163,17 @@ func Run(ctx context.Context, opts Options) error {
 			func() int { return store.Get().System.ActivitySendCount })
 	})
 
+	// SFTP sessions are closed (and their goroutines waited for) before
+	// the activity queue and the servers go away.
+	sftpCtx, stopSFTP := context.WithCancel(ctx)
+	var sftpDone sync.WaitGroup
+	defer func() { stopSFTP(); sftpDone.Wait() }()
+	sftpDone.Go(func() {
+		sftpd.New(sftpd.Options{
+			Config:  func() config.SFTP { return store.Get().System.SFTP },
+			DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
+		}).Run(sftpCtx)
+	})
 	if addr := store.Get().Metrics.BindAddress; addr != "" {
 		startMetrics(ctx, &wg, addr, log, store, servers, acts)
 	}

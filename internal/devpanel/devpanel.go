@@ -5,6 +5,7 @@
 package devpanel
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -56,6 +57,8 @@ type Panel struct {
 	// BackupUploadURLs answers GET /backups/{uuid}?size=; nil answers 404.
 	backupURLs func(backup string, size int64) (parts []string, partSize int64, err error)
 	failNext   map[string]int // path prefix -> number of 500 answers to give
+	sftpUsers  []SFTPUser
+	sftpStatus int // when not 0, every /sftp/auth answers this status
 	app        application
 }
 
@@ -203,6 +206,7 @@ func (p *Panel) Handler() http.Handler {
 	mux.HandleFunc("GET /api/remote/servers/{uuid}", p.getServer)
 	mux.HandleFunc("GET /api/remote/servers/{uuid}/install", p.getInstall)
 	mux.HandleFunc("GET /api/remote/backups/{uuid}", p.getBackupURLs)
+	mux.HandleFunc("POST /api/remote/sftp/auth", p.sftpAuth)
 	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }
 	for _, pattern := range []string{
 		"POST /api/remote/servers/reset",
@@ -219,6 +223,7 @@ func (p *Panel) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 		p.record(r, body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		if strings.HasPrefix(r.URL.Path, "/api/application/") {
 			p.serveApplication(w, r)
 			return

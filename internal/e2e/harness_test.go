@@ -112,6 +112,9 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 	c.API.Port = freePort(t)
 	c.PlaceUnder(dir)
 	c.System.Username = "root"
+	// Every node has an SFTP listener: on loopback, on its own port.
+	c.System.SFTP.BindAddress = "127.0.0.1"
+	c.System.SFTP.BindPort = freePort(t)
 	if opts.mutate != nil {
 		opts.mutate(c)
 	}

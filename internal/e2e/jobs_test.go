@@ -93,6 +93,25 @@ func TestJobsRefusedDuringInstall(t *testing.T) {
 		res, body := n.startJob(s.UUID, job, b)
 		assertBusy(t, job+" during an install", res, body, busyInstalling)
 	}
+	// The file manager's writes and its file jobs (compress, decompress,
+	// pull) are refused too; reads are not.
+	files := "/api/servers/" + s.UUID + "/files/"
+	for _, c := range []struct {
+		method, route string
+		body          any
+	}{
+		{"POST", "write?file=new.txt", "x"},
+		{"POST", "create-directory", map[string]string{"name": "d", "path": "/"}},
+		{"POST", "compress", map[string]any{"root": "/", "files": []string{"server.properties"}}},
+		{"POST", "decompress", map[string]any{"root": "/", "file": "server.properties"}},
+		{"POST", "pull", map[string]any{"url": "http://127.0.0.1:9/x", "root": "/"}},
+	} {
+		res, body := n.request(c.method, files+c.route, c.body, "")
+		assertBusy(t, c.route+" during an install", res, body, busyInstalling)
+	}
+	if res, body := n.request("GET", files+"contents?file=server.properties", nil, ""); res.StatusCode != 200 {
+		t.Fatalf("a read during an install: %d %s", res.StatusCode, body)
+	}
 	if ok, _ := installStatus(t, n, s.UUID); !ok {
 		t.Fatal("install failed")
 	}

@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"golang.org/x/sys/unix"
 )
 
 // denylist is a compiled egg file_denylist (gitignore syntax: globs, "**",
@@ -58,6 +61,62 @@ func (d *denylist) match(rel string) bool {
 	// The type of the last component is not known here (it may not exist
 	// yet): deny if it matches either as a file or as a directory.
 	return d.m.Match(parts, false) || d.m.Match(parts, true)
+}
+
+// resolve is resolveInRoot made cheap for the common case (writing many
+// files, e.g. an extraction): the parent directory is opened once through
+// the root (which follows in-root links the same way) and its real name read
+// from the descriptor, instead of one Lstat (itself a walk from the root)
+// per component. When the parent cannot be opened as a directory, the last
+// component is itself a link, or the name is not below the root as /proc
+// shows it, the component-by-component walk decides.
+func (s *state) resolve(rel string) (string, bool) {
+	if rel == "." {
+		return ".", true
+	}
+	if res, ok := s.resolveParent(rel); ok {
+		return res, true
+	}
+	return s.resolveInRoot(rel)
+}
+
+func (s *state) resolveParent(rel string) (string, bool) {
+	dir, base := split(rel)
+	d := s.rootDir
+	if dir != "." {
+		// O_DIRECTORY|O_NONBLOCK: never open (and wait on) anything else.
+		var err error
+		d, err = s.root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return "", false
+		}
+		defer d.Close()
+	}
+	realDir, ok := s.fdRel(d)
+	if !ok {
+		return "", false
+	}
+	rc, err := d.SyscallConn()
+	if err != nil {
+		return "", false
+	}
+	var st unix.Stat_t
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.Fstatat(int(fd), base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	}); err != nil {
+		return "", false
+	}
+	switch {
+	case serr == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return "", false // the name is a link: follow it the slow way
+	case serr != nil && !errors.Is(serr, unix.ENOENT):
+		return "", false
+	}
+	if realDir == "." {
+		return base, true
+	}
+	return realDir + "/" + base, true
 }
 
 // resolveInRoot follows the symbolic links on rel the way os.Root does, to

@@ -175,7 +175,7 @@ func (f *FS) checkDeny(op, rel string) error {
 	if d.match(rel) {
 		return newErr(op, rel, ErrDenied)
 	}
-	if res, ok := f.s.resolveInRoot(rel); ok && res != rel && d.match(res) {
+	if res, ok := f.s.resolve(rel); ok && res != rel && d.match(res) {
 		return newErr(op, rel, ErrDenied)
 	}
 	return nil

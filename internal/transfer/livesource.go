@@ -464,6 +464,9 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 	for pass := 1; ; pass++ {
 		began := time.Now()
 		before := ls.sent.Load()
+		// Each pass says when it begins: a short pass may end before the
+		// first progress tick.
+		tl.msg("Sending the files" + phaseNote(int64(pass), phaseOnline) + "...")
 		if err := ls.send(tree, pass, phaseOnline); err != nil {
 			return err
 		}
