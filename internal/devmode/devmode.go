@@ -77,6 +77,8 @@ func Run(ctx context.Context, opts Options) error {
 	cfg.Remote = "http://" + ln.Addr().String()
 	cfg.API.Host = "127.0.0.1"
 	cfg.API.Port = opts.Port
+	// Dev mode is for this machine only: SFTP on loopback too.
+	cfg.System.SFTP.BindAddress = "127.0.0.1"
 	if err := cfg.Save(cfgPath); err != nil {
 		return err
 	}
