@@ -34,13 +34,20 @@ lint:
 	$(GO) vet ./...
 	staticcheck ./...
 
-# Every fuzz target, each for a short bounded time (CI runs this too).
+# Every fuzz target, each for a short bounded time (CI runs this too). A run that fails
+# without writing a failing input is the fuzzing engine's own time-out under load, not a
+# finding: it is run once more, and fails the build if it fails again.
 FUZZTIME ?= 5s
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./internal/...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 	    echo "fuzz $$pkg $$f"; \
-	    out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg 2>&1) || { echo "$$out"; exit 1; }; \
+	    out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg 2>&1) || { \
+	      echo "$$out"; \
+	      case "$$out" in *"Failing input written"*) exit 1 ;; esac; \
+	      echo "fuzz $$pkg $$f: the engine failed without a failing input (a worker missed the deadline on a loaded machine); once more"; \
+	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg || exit 1; \
+	    }; \
 	  done; \
 	done
 
