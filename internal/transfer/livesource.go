@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -383,21 +382,9 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 		return err
 	}
 	ls.rw, ls.cw = &recWriter{w: cw}, cw
-	stopProgress := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(svc.opts.ProgressInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
-			case <-stopProgress:
-				return
-			}
-		}
-	})
-	defer func() { close(stopProgress); wg.Wait() }()
+	defer svc.everyProgressInterval(func() {
+		tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
+	})()
 
 	done := make(chan error, 1)
 	go func() {

@@ -230,7 +230,20 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl 
 	}
 	var read atomic.Int64
 	tl.msg("Streaming archive to destination...")
-	stop := make(chan struct{})
+	stopProgress := svc.everyProgressInterval(func() { tl.msg("Uploading " + progressBar(read.Load(), total)) })
+	level := archive.ParseLevel(svc.opts.Config.Get().System.Backups.CompressionLevel)
+	err := push(t.ctx, svc.opts.Client, url, token, s.Files().Trusted(), level, func(p archive.Progress) { read.Store(p.Input) })
+	stopProgress()
+	if err == nil {
+		tl.msg("Uploading " + progressBar(read.Load(), max(total, read.Load())))
+	}
+	return err
+}
+
+// everyProgressInterval calls report every ProgressInterval until the
+// returned stop is called; stop waits for the reporting goroutine to end.
+func (svc *Service) everyProgressInterval(report func()) (stop func()) {
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		tick := time.NewTicker(svc.opts.ProgressInterval)
@@ -238,20 +251,13 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl 
 		for {
 			select {
 			case <-tick.C:
-				tl.msg("Uploading " + progressBar(read.Load(), total))
-			case <-stop:
+				report()
+			case <-done:
 				return
 			}
 		}
 	})
-	level := archive.ParseLevel(svc.opts.Config.Get().System.Backups.CompressionLevel)
-	err := push(t.ctx, svc.opts.Client, url, token, s.Files().Trusted(), level, func(p archive.Progress) { read.Store(p.Input) })
-	close(stop)
-	wg.Wait()
-	if err == nil {
-		tl.msg("Uploading " + progressBar(read.Load(), max(total, read.Load())))
-	}
-	return err
+	return func() { close(done); wg.Wait() }
 }
 
 // Receive runs an incoming transfer of server id, reading the source's form
