@@ -27,6 +27,12 @@ import (
 var wharfBinary string
 
 func TestMain(m *testing.M) {
+	// WHARF_E2E_BINARY runs a binary built beforehand (to profile it: the
+	// one built here is removed at the end).
+	if bin := os.Getenv("WHARF_E2E_BINARY"); bin != "" {
+		wharfBinary = bin
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "wharf-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -38,7 +38,8 @@ import (
 // live question. It reports, for each, the time the server is offline
 // (live: from the stop to the end, as the source logs it; classic: from
 // the request, which stops the server at once, to the target's success)
-// and the total transfer time.
+// and the total transfer time. WHARF_BENCH_ONLY=live (or classic) runs
+// one side only, to profile it.
 func BenchmarkLiveTransferDowntime(b *testing.B) {
 	treeMB := int64(1024)
 	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
@@ -51,6 +52,9 @@ func BenchmarkLiveTransferDowntime(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for k := range 2 {
 			live := (i+k)%2 == 0
+			if only := os.Getenv("WHARF_BENCH_ONLY"); only != "" && only != map[bool]string{true: "live", false: "classic"}[live] {
+				continue // profiling one side (the speedup is then meaningless)
+			}
 			off, total := liveBenchRun(b, live, treeMB, i)
 			if live {
 				liveOff += off
@@ -85,7 +89,12 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	ps := httptest.NewServer(p.Handler())
 	defer ps.Close()
 	srcA, tgtA := &assignment{ids: map[string]bool{id: true}}, &assignment{ids: map[string]bool{}}
-	on := func(_ string, c *config.Config) { c.System.Transfers.Live = true }
+	on := func(_ string, c *config.Config) {
+		c.System.Transfers.Live = true
+		if v := os.Getenv("WHARF_BENCH_COMPRESSION"); v != "" {
+			c.System.Transfers.Compression = v // pin it (default: auto)
+		}
+	}
 	src, srcURL, srcData, srcLog := liveBenchNode(b, "source", panelView(b, ps.URL, "source", srcA).URL, on)
 	_, tgtURL, tgtData, _ := liveBenchNode(b, "target", panelView(b, ps.URL, "target", tgtA).URL, on)
 	dir := filepath.Join(srcData, id)
