@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"os"
@@ -30,14 +29,15 @@ func liveRoundTripHook(t testing.TB, src, dst, mode string, change func(), onPas
 	t.Helper()
 	ctx := context.Background()
 	pr, pw := io.Pipe()
-	sender := &liveSender{ctx: ctx, src: tree.Open(t, src), index: map[string]*liveEntry{}, buf: make([]byte, 64<<10)}
+	sender := &liveSender{ctx: ctx, src: tree.Open(t, src), index: map[string]*liveEntry{}, h: newContentHash()}
 	done := make(chan error, 1)
 	go func() {
 		err := func() error {
-			cw, err := newChunkWriter(pw, mode)
+			cw, err := newChunkWriter(mode, nil)
 			if err != nil {
 				return err
 			}
+			go func() { _, _ = cw.WriteTo(pw) }()
 			sender.rw, sender.cw = &recWriter{w: cw}, cw
 			err = func() error {
 				tr, err := sender.scan()
@@ -69,7 +69,7 @@ func liveRoundTripHook(t testing.TB, src, dst, mode string, change func(), onPas
 		t.Fatal(err)
 	}
 	defer cr.Close()
-	a := &applier{ctx: ctx, dst: tree.Open(t, dst), r: recReader{cr}, h: sha256.New(), buf: make([]byte, 64<<10),
+	a := &applier{ctx: ctx, dst: tree.Open(t, dst), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
 		sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{}, log: onPass}
 	aerr := a.run()
 	pr.CloseWithError(errors.New("reader done"))

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/zeebo/xxh3"
 
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -85,7 +86,7 @@ type liveEntry struct {
 	ctime  int64 // ns
 	ino    uint64
 	size   int64
-	sum    [32]byte
+	sum    contentHash
 	target string
 	racy   bool
 }
@@ -104,7 +105,7 @@ type liveSender struct {
 	rw    *recWriter
 	cw    *chunkWriter
 	index map[string]*liveEntry
-	buf   []byte
+	h     *xxh3.Hasher128
 	sent  atomic.Int64 // file bytes sent
 	pass  atomic.Int64
 	phase atomic.Int64
@@ -304,12 +305,12 @@ func (ls *liveSender) file(s scanned, final bool) error {
 	if err := ls.rw.flush(); err != nil {
 		return err
 	}
-	h := sha256.New()
-	if err := copyExactly(io.MultiWriter(ls.rw.w, h), f, e.size, ls.buf); err != nil {
+	ls.h.Reset()
+	if err := ls.copyFile(f, e.size); err != nil {
 		return err
 	}
 	ls.sent.Add(e.size)
-	copy(e.sum[:], h.Sum(nil))
+	e.sum = ls.h.Sum128().Bytes()
 	ls.rw.scratch = append(ls.rw.scratch[:0], e.sum[:]...)
 	if err := ls.rw.flush(); err != nil {
 		return err
@@ -371,13 +372,14 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 			total = n
 		}
 	}
-	pr, pw := io.Pipe()
 	// The passes end as soon as the target answers (it only answers early
 	// to refuse): never stop the server for a transfer that is over.
 	passCtx, passCancel := context.WithCancelCause(ctx)
 	defer passCancel(nil)
-	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, buf: make([]byte, 256<<10)}
-	cw, err := newChunkWriter(pw, compression)
+	client, link := svc.liveClient()
+	defer client.CloseIdleConnections()
+	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, h: newContentHash()}
+	cw, err := newChunkWriter(compression, link)
 	if err != nil {
 		return err
 	}
@@ -389,35 +391,40 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 	done := make(chan error, 1)
 	go func() {
 		err := svc.livePasses(ls, s, run, tl)
+		if err != nil {
+			cw.abort(err) // the body ends in an error, never cleanly
+		}
 		if cerr := cw.Close(); err == nil {
 			err = cerr
 		}
 		if err == nil {
 			run.sentAll.Store(true)
 		}
-		pw.CloseWithError(err)
 		done <- err
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pipeBody{pr})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, cw.body())
 	if err != nil {
-		pr.CloseWithError(err)
+		cw.abort(err)
+		_ = cw.CloseBody()
 		<-done
 		return err
 	}
 	req.Header.Set("Authorization", token)
 	req.Header.Set("Content-Type", LiveContentType)
 	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
-	res, err := svc.opts.Client.Do(req)
+	res, err := client.Do(req)
 	passCancel(errAnswered)
 	if err != nil {
-		pr.CloseWithError(err)
-		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && !errors.Is(werr, errAnswered) && ctx.Err() == nil && !errors.Is(werr, err) {
+		cw.abort(err)
+		_ = cw.CloseBody()
+		if werr := <-done; werr != nil && !errors.Is(werr, errBodyClosed) && !errors.Is(werr, errAnswered) && ctx.Err() == nil && !errors.Is(werr, err) {
 			return fmt.Errorf("%w (while writing the stream: %v)", err, werr)
 		}
 		return err
 	}
 	defer res.Body.Close()
-	pr.CloseWithError(errAnswered)
+	cw.abort(errAnswered)
+	_ = cw.CloseBody()
 	werr := <-done
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	if res.StatusCode != http.StatusOK {
@@ -575,28 +582,29 @@ func (svc *Service) restartAfterFailure(s *server.Server, tl transferLog, log in
 	log.Info("server started again after a failed live transfer")
 }
 
-// copyExactly writes exactly size bytes of r to w: a read error or an
-// early end (the file shrank) is padded with zeros; only write errors
-// are returned.
-func copyExactly(w io.Writer, r io.Reader, size int64, buf []byte) error {
+// copyFile sends exactly size bytes of f, read straight into the chunks
+// and hashed there: a read error or an early end (the file shrank) is
+// padded with zeros; only a broken stream is an error.
+func (ls *liveSender) copyFile(f io.Reader, size int64) error {
 	readable := true
 	for size > 0 {
+		room, err := ls.cw.room()
+		if err != nil {
+			return err
+		}
+		p := room[:min(int64(len(room)), size)]
 		n := 0
-		chunk := buf[:min(int64(len(buf)), size)]
 		if readable {
-			var err error
-			n, err = io.ReadFull(r, chunk)
-			if err != nil {
+			if n, err = io.ReadFull(f, p); err != nil {
 				readable = false
 			}
 		}
 		if !readable {
-			clear(chunk[n:])
-			n = len(chunk)
+			clear(p[n:])
+			n = len(p)
 		}
-		if _, err := w.Write(chunk[:n]); err != nil {
-			return err
-		}
+		_, _ = ls.h.Write(p[:n])
+		ls.cw.fill(n)
 		size -= int64(n)
 	}
 	return nil

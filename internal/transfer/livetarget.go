@@ -2,10 +2,8 @@ package transfer
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zeebo/xxh3"
 	"golang.org/x/time/rate"
 
 	"github.com/wharf/wharf/internal/sandbox"
@@ -38,8 +37,8 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 	}
 	defer cr.Close()
 	a := &applier{
-		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: sha256.New(),
-		buf: make([]byte, 256<<10), sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
+		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
+		maxWrite: 1 << 20, sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -47,7 +46,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 	if limit := int64(cfg.System.Transfers.DownloadLimit) * 1024 * 1024; limit > 0 {
 		burst := int(min(limit, 1<<30))
 		a.limiter = rate.NewLimiter(rate.Limit(limit), burst)
-		a.buf = a.buf[:min(len(a.buf), burst)]
+		a.maxWrite = min(a.maxWrite, burst)
 	}
 	if err := a.run(); err != nil {
 		if t.ctx.Err() != nil {
@@ -68,7 +67,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 // hash as it arrived, and against the manifest at the end.
 type fileSum struct {
 	size int64
-	sum  [32]byte
+	sum  contentHash
 }
 
 type manEntry struct {
@@ -76,24 +75,24 @@ type manEntry struct {
 	mode   fs.FileMode
 	mtime  int64
 	size   int64
-	sum    [32]byte
+	sum    contentHash
 	target string
 }
 
 // applier writes a live stream into a server's directory.
 type applier struct {
-	ctx     context.Context
-	dst     *sandbox.FS
-	r       recReader
-	h       hash.Hash
-	buf     []byte
-	limiter *rate.Limiter
-	sums    map[string]fileSum
-	man     map[string]*manEntry
-	final   bool
-	started bool
-	dirs    map[string]bool // directories known to exist
-	log     func(pass uint64, phase byte)
+	ctx      context.Context
+	dst      *sandbox.FS
+	r        recReader
+	h        *xxh3.Hasher128
+	maxWrite int // bytes per write (the rate limiter's burst at most)
+	limiter  *rate.Limiter
+	sums     map[string]fileSum
+	man      map[string]*manEntry
+	final    bool
+	started  bool
+	dirs     map[string]bool // directories known to exist
+	log      func(pass uint64, phase byte)
 }
 
 // ErrManifestMismatch: after the final pass the target's tree is not the
@@ -367,7 +366,7 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		return err
 	}
 	a.h.Reset()
-	err = a.copy(io.MultiWriter(f, a.h), size)
+	err = a.copy(f, size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -386,34 +385,31 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 	if err != nil {
 		return err
 	}
-	var got [32]byte
-	copy(got[:], a.h.Sum(nil))
-	if got != want {
+	if got := a.h.Sum128().Bytes(); got != want {
 		return fmt.Errorf("%w: %s", ErrChecksumMismatch, rel)
 	}
-	a.sums[rel] = fileSum{size: size, sum: got}
+	a.sums[rel] = fileSum{size: size, sum: want}
 	return nil
 }
 
-// copy moves size bytes of the stream to w through the rate limiter.
+// copy moves size bytes of the stream to w and the hash, straight from
+// the received chunks, through the rate limiter.
 func (a *applier) copy(w io.Writer, size int64) error {
 	for size > 0 {
-		chunk := a.buf[:min(int64(len(a.buf)), size)]
-		n, err := io.ReadFull(a.r.r, chunk)
-		if n > 0 {
-			if a.limiter != nil {
-				if err := a.limiter.WaitN(a.ctx, n); err != nil {
-					return err
-				}
-			}
-			if _, werr := w.Write(chunk[:n]); werr != nil {
-				return werr
-			}
-			size -= int64(n)
-		}
+		b, err := a.r.r.take(int(min(int64(a.maxWrite), size)))
 		if err != nil {
 			return unexpectedEOF(err)
 		}
+		if a.limiter != nil {
+			if err := a.limiter.WaitN(a.ctx, len(b)); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		_, _ = a.h.Write(b)
+		size -= int64(len(b))
 	}
 	return nil
 }

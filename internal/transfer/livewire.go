@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
 )
 
 // The wire of live transfers, version 1 (docs/live-transfers.md is the
@@ -18,7 +19,7 @@ import (
 // version-1 peer would misread).
 
 // LiveVersion is the version of the live-transfer wire this build speaks.
-const LiveVersion = 1
+const LiveVersion = 2
 
 // LiveProtocol names the protocol in the negotiation answer.
 const LiveProtocol = "wharf-live-transfer"
@@ -42,8 +43,17 @@ func LiveOffer() Offer {
 	return Offer{Protocol: LiveProtocol, Versions: []int{LiveVersion}, Compression: []string{"zstd", "none"}}
 }
 
+// contentHash is a file's hash on the wire: XXH3-128 of its bytes. It
+// guards the transfer against corruption and defects, not against the
+// source (which chooses the bytes anyway, and whose record of what it sent
+// never relies on it), so a fast non-cryptographic hash does: SHA-256 cost
+// more CPU than anything else but the copies at both ends.
+type contentHash = [16]byte
+
+func newContentHash() *xxh3.Hasher128 { return xxh3.New128() }
+
 // liveMagic opens the body.
-const liveMagic = "WHARF-LIVE-1\n"
+const liveMagic = "WHARF-LIVE-2\n"
 
 // Chunk codecs.
 const (
@@ -55,10 +65,10 @@ const (
 const (
 	recPass     = 'P' // uvarint pass, byte phase
 	recDir      = 'D' // path, mode, mtime
-	recFile     = 'F' // path, mode, mtime, size, bytes, sha256
+	recFile     = 'F' // path, mode, mtime, size, bytes, hash
 	recLink     = 'L' // path, target, mtime
 	recDelete   = 'X' // path
-	recManifest = 'M' // kind, path, mode, mtime, size, [sha256], [target]
+	recManifest = 'M' // kind, path, mode, mtime, size, [hash], [target]
 	recEnd      = 'E' // uvarint number of manifest records
 )
 
@@ -80,21 +90,40 @@ const chunkSize = 1 << 20
 // errBadStream marks a live body that does not follow the wire.
 var errBadStream = fmt.Errorf("%w: not a valid live transfer stream", ErrBadArchive)
 
-// chunkWriter cuts the record stream into chunks and sends each one raw or
-// zstd-compressed. Chunks are compressed in parallel and sent in order.
-// In auto mode each chunk is compressed only while the link is the
-// bottleneck: when the sender is busy writing the previous chunks (the link
-// is full, spare CPU shrinks what it has to carry) and raw when the sender
-// waits for chunks (the CPU is the bottleneck, so compressing would leave
-// the link idle).
-type chunkWriter struct {
-	mode string // auto, zstd or none
-	enc  *zstd.Encoder
-	buf  []byte
+// hdrRoom is the room kept in front of every chunk for its frame header
+// (codec and two uvarints), so that a frame goes out of the buffer it was
+// filled in, without a copy.
+const hdrRoom = 1 + 2*binary.MaxVarintLen64
 
-	queue   chan chan []byte
+// frameBuf is a frame ready to send (header and payload) and the buffer
+// holding it, to reuse once sent.
+type frameBuf struct {
+	b   []byte
+	buf []byte
+}
+
+// chunkWriter cuts the record stream into chunks and sends each one raw or
+// zstd-compressed. Chunks are compressed in parallel and sent in order, by
+// WriteTo (the HTTP client calls it with the connection's writer).
+//
+// In auto mode a chunk is compressed only while the link is the
+// bottleneck: the sender is busy writing the previous chunks (not waiting
+// for the next one, which would mean the CPU limits) and, where the kernel
+// says so (linkBound, from TCP_INFO), the connection is held back by the
+// network rather than by the receiver's window (a receiver that cannot keep
+// up gains nothing from compression: it only adds work at both ends, and
+// on one machine takes CPU the receiver needs).
+type chunkWriter struct {
+	mode      string
+	enc       *zstd.Encoder
+	buf       []byte      // hdrRoom, then the records of the chunk being filled
+	free      chan []byte // sent chunk buffers, to reuse
+	linkBound func() bool // nil: not known
+
+	queue   chan chan frameBuf
 	sem     chan struct{}
 	waiting atomic.Bool // the sender waits for a chunk
+	started atomic.Bool // send runs (or ran)
 	done    chan error
 	sent    atomic.Int64 // wire bytes written
 	raw     atomic.Int64 // record bytes cut into chunks
@@ -102,8 +131,13 @@ type chunkWriter struct {
 	chunks  atomic.Int64
 	once    sync.Once
 	err     error
-	failed  atomic.Pointer[error] // the sender's write error, seen by Write
+	failed  atomic.Pointer[error]         // why nothing more can reach the target
+	pr      atomic.Pointer[io.PipeReader] // Read's pipe, when a caller reads instead
 }
+
+// errBodyClosed: the HTTP client closed the body before the end (it gave
+// up on the request).
+var errBodyClosed = errors.New("the live transfer body was closed before its end")
 
 // broken returns the error that stopped the sender, if any: the target
 // answered or the connection broke, so nothing more can reach it.
@@ -114,27 +148,95 @@ func (c *chunkWriter) broken() error {
 	return nil
 }
 
-func newChunkWriter(w io.Writer, mode string) (*chunkWriter, error) {
+// abort stops the stream: the sender drains what is queued without
+// writing it and the writes of the records fail with err.
+func (c *chunkWriter) abort(err error) { c.failed.CompareAndSwap(nil, &err) }
+
+func newChunkWriter(mode string, linkBound func() bool) (*chunkWriter, error) {
 	workers := max(1, runtime.GOMAXPROCS(0))
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(workers))
 	if err != nil {
 		return nil, err
 	}
 	c := &chunkWriter{
-		mode: mode, enc: enc, buf: make([]byte, 0, chunkSize),
-		queue: make(chan chan []byte, 2*workers), sem: make(chan struct{}, workers),
+		mode: mode, enc: enc, linkBound: linkBound,
+		free:  make(chan []byte, 2*workers+2),
+		queue: make(chan chan frameBuf, 2*workers), sem: make(chan struct{}, workers),
 		done: make(chan error, 1),
 	}
-	go c.send(w)
-	c.buf = append(c.buf, liveMagic...)
+	c.buf = append(c.newBuf(), liveMagic...)
 	return c, nil
 }
 
-// send writes the chunks in order; after a write error it drains the rest.
-func (c *chunkWriter) send(w io.Writer) {
+func (c *chunkWriter) newBuf() []byte {
+	select {
+	case b := <-c.free:
+		return b[:hdrRoom]
+	default:
+		return make([]byte, hdrRoom, hdrRoom+chunkSize)
+	}
+}
+
+func (c *chunkWriter) reuse(b []byte) {
+	if cap(b) != hdrRoom+chunkSize {
+		return
+	}
+	select {
+	case c.free <- b:
+	default:
+	}
+}
+
+// WriteTo sends the chunks to w in order until Close; after a write error
+// it drains the rest. The HTTP client calls it with its connection.
+func (c *chunkWriter) WriteTo(w io.Writer) (int64, error) {
+	if !c.started.CompareAndSwap(false, true) {
+		return 0, errors.New("the live transfer body is sent once")
+	}
+	return c.sent.Load(), c.send(w)
+}
+
+// Read serves a client that reads the body instead of calling WriteTo.
+func (c *chunkWriter) Read(p []byte) (int, error) {
+	if c.started.CompareAndSwap(false, true) {
+		pr, pw := io.Pipe()
+		c.pr.Store(pr)
+		go func() { pw.CloseWithError(c.send(pw)) }()
+	}
+	pr := c.pr.Load()
+	if pr == nil {
+		return 0, errors.New("the live transfer body is sent once")
+	}
+	return pr.Read(p)
+}
+
+// CloseBody is the body's Close: the client is done with it. Nothing more
+// is written; a sender that never started drains the chunks so that the
+// records' writer does not wait for it.
+func (c *chunkWriter) CloseBody() error {
+	c.abort(errBodyClosed)
+	if c.started.CompareAndSwap(false, true) {
+		go func() { _ = c.send(io.Discard) }()
+	}
+	if pr := c.pr.Load(); pr != nil {
+		_ = pr.CloseWithError(errBodyClosed)
+	}
+	return nil
+}
+
+// body is the request body of the stream.
+func (c *chunkWriter) body() io.ReadCloser { return liveBody{c} }
+
+type liveBody struct{ c *chunkWriter }
+
+func (b liveBody) Read(p []byte) (int, error)         { return b.c.Read(p) }
+func (b liveBody) WriteTo(w io.Writer) (int64, error) { return b.c.WriteTo(w) }
+func (b liveBody) Close() error                       { return b.c.CloseBody() }
+
+func (c *chunkWriter) send(w io.Writer) error {
 	var err error
 	for {
-		var fut chan []byte
+		var fut chan frameBuf
 		select {
 		case fut = <-c.queue:
 		default:
@@ -145,73 +247,100 @@ func (c *chunkWriter) send(w io.Writer) {
 		if fut == nil {
 			break
 		}
-		b := <-fut
+		f := <-fut
 		if err == nil {
-			_, err = w.Write(b)
-			c.sent.Add(int64(len(b)))
+			err = c.broken()
+		}
+		if err == nil {
+			var n int
+			n, err = w.Write(f.b)
+			c.sent.Add(int64(n))
 			if err != nil {
-				c.failed.Store(&err)
+				c.abort(err)
 			}
 		}
+		c.reuse(f.buf)
 	}
 	c.done <- err
+	return err
 }
 
-func (c *chunkWriter) Write(p []byte) (int, error) {
+// room returns the free space of the chunk being filled (flushing it first
+// when full), for a caller that reads straight into it; fill commits n
+// bytes of it.
+func (c *chunkWriter) room() ([]byte, error) {
 	if err := c.broken(); err != nil {
-		return 0, err
+		return nil, err
 	}
+	if len(c.buf) == cap(c.buf) {
+		c.flush()
+	}
+	return c.buf[len(c.buf):cap(c.buf)], nil
+}
+
+func (c *chunkWriter) fill(n int) { c.buf = c.buf[:len(c.buf)+n] }
+
+func (c *chunkWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		k := min(len(p), chunkSize-len(c.buf))
-		c.buf = append(c.buf, p[:k]...)
-		p = p[k:]
-		if len(c.buf) == chunkSize {
-			c.flush()
+		r, err := c.room()
+		if err != nil {
+			return n - len(p), err
 		}
+		k := copy(r, p)
+		c.fill(k)
+		p = p[k:]
 	}
 	return n, nil
 }
 
-// flush hands the buffered records to a compressor.
+// flush hands the chunk being filled to the sender, compressed or not.
 func (c *chunkWriter) flush() {
-	if len(c.buf) == 0 {
+	if len(c.buf) == hdrRoom {
 		return
 	}
-	raw := c.buf
-	c.buf = make([]byte, 0, chunkSize)
+	buf := c.buf
+	raw := buf[hdrRoom:]
+	c.buf = c.newBuf()
 	c.raw.Add(int64(len(raw)))
 	c.chunks.Add(1)
-	// auto: compress while the sender is busy (the link is full), but never
-	// queue a chunk behind another one being compressed (the CPU is full).
-	compress := c.mode == "zstd" || (c.mode == "auto" && !c.waiting.Load() && len(c.sem) < cap(c.sem))
-	fut := make(chan []byte, 1)
+	// auto: compress while the sender is busy and the link holds it back,
+	// but never queue a chunk behind another one being compressed (the
+	// CPU is full).
+	compress := c.mode == "zstd" ||
+		(c.mode == "auto" && !c.waiting.Load() && len(c.sem) < cap(c.sem) && (c.linkBound == nil || c.linkBound()))
+	fut := make(chan frameBuf, 1)
 	c.queue <- fut
 	if !compress {
-		fut <- frame(codecNone, len(raw), raw)
+		fut <- frameBuf{b: framed(buf, codecNone, len(raw)), buf: buf}
 		return
 	}
 	c.zchunks.Add(1)
 	c.sem <- struct{}{}
 	go func() {
 		defer func() { <-c.sem }()
-		z := c.enc.EncodeAll(raw, make([]byte, 0, len(raw)/2))
-		if len(z) >= len(raw) {
-			fut <- frame(codecNone, len(raw), raw)
+		z := c.enc.EncodeAll(raw, c.newBuf())
+		if len(z)-hdrRoom >= len(raw) {
+			c.reuse(z)
+			fut <- frameBuf{b: framed(buf, codecNone, len(raw)), buf: buf}
 			return
 		}
-		fut <- frame(codecZstd, len(raw), z)
+		c.reuse(buf)
+		fut <- frameBuf{b: framed(z, codecZstd, len(raw)), buf: z}
 	}()
 }
 
-// frame is a chunk on the wire: codec, uvarint raw length, uvarint
-// payload length, payload.
-func frame(codec byte, rawLen int, payload []byte) []byte {
-	out := make([]byte, 0, len(payload)+1+2*binary.MaxVarintLen64)
-	out = append(out, codec)
-	out = binary.AppendUvarint(out, uint64(rawLen))
-	out = binary.AppendUvarint(out, uint64(len(payload)))
-	return append(out, payload...)
+// framed writes the frame header (codec, uvarint raw length, uvarint
+// payload length) into the room in front of the payload buf[hdrRoom:] and
+// returns the frame.
+func framed(buf []byte, codec byte, rawLen int) []byte {
+	var h [hdrRoom]byte
+	hb := append(h[:0], codec)
+	hb = binary.AppendUvarint(hb, uint64(rawLen))
+	hb = binary.AppendUvarint(hb, uint64(len(buf)-hdrRoom))
+	start := hdrRoom - len(hb)
+	copy(buf[start:], hb)
+	return buf[start:]
 }
 
 // Close sends what is buffered and waits for the sender; it returns the
@@ -241,7 +370,9 @@ func newChunkReader(r io.Reader) (*chunkReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &chunkReader{r: bufio.NewReaderSize(r, 1<<20), dec: dec}, nil
+	// A small buffer: a frame's payload larger than it is read straight
+	// into place.
+	return &chunkReader{r: bufio.NewReaderSize(r, 64<<10), dec: dec}, nil
 }
 
 func (c *chunkReader) Close() { c.dec.Close() }
@@ -255,6 +386,19 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	n := copy(p, c.cur)
 	c.cur = c.cur[n:]
 	return n, nil
+}
+
+// take returns up to n bytes of the stream without copying them: a slice
+// of the current chunk, valid until the next call.
+func (c *chunkReader) take(n int) ([]byte, error) {
+	for len(c.cur) == 0 {
+		if err := c.next(); err != nil {
+			return nil, err
+		}
+	}
+	b := c.cur[:min(n, len(c.cur))]
+	c.cur = c.cur[len(b):]
+	return b, nil
 }
 
 func (c *chunkReader) ReadByte() (byte, error) {
@@ -388,8 +532,8 @@ func (r recReader) str() (string, error) {
 	return string(b), nil
 }
 
-func (r recReader) sum() ([32]byte, error) {
-	var s [32]byte
+func (r recReader) sum() (contentHash, error) {
+	var s contentHash
 	_, err := io.ReadFull(r.r, s[:])
 	return s, unexpectedEOF(err)
 }
