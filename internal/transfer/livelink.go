@@ -28,10 +28,15 @@ type linkProbe struct {
 	verdict bool
 }
 
-// limitedByLink compares the time the connection spent with data in flight
-// (busy) over the last interval with the time the receiver's window or the
-// local send buffer limited it: the rest of the busy time is the
-// congestion window, the network.
+// limitedByLink compares the time the connection spent sending (busy)
+// over the last interval with the time the receiver's window or the local
+// send buffer held it back; the rest is the congestion window, the
+// network. A receiver that cannot keep up closes its window only part of
+// the time (on loopback a reader at a tenth of the sender's speed shows
+// about 20 % of the busy time as window-limited), while a saturated
+// network with a fast receiver shows next to none: the link is the limit
+// when the connection was busy nearly all the interval and held back by
+// the receiver or the buffer for less than a tenth of it.
 func (p *linkProbe) limitedByLink() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -45,7 +50,8 @@ func (p *linkProbe) limitedByLink() bool {
 	if !p.lastAt.IsZero() {
 		busy := info.Busy_time - p.last.Busy_time
 		held := (info.Rwnd_limited - p.last.Rwnd_limited) + (info.Sndbuf_limited - p.last.Sndbuf_limited)
-		p.verdict = busy > 0 && held < busy/2
+		span := uint64(time.Since(p.lastAt).Microseconds())
+		p.verdict = busy >= span*9/10 && held < busy/10
 	}
 	p.last, p.lastAt = *info, time.Now()
 	return p.verdict

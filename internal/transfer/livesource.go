@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -106,9 +107,13 @@ type liveSender struct {
 	cw    *chunkWriter
 	index map[string]*liveEntry
 	h     *xxh3.Hasher128
-	sent  atomic.Int64 // file bytes sent
-	pass  atomic.Int64
-	phase atomic.Int64
+	// The directory of the last file read, held open (the files of a
+	// directory come together in walk order).
+	openDir *sandbox.Dir
+	dirRel  string
+	sent    atomic.Int64 // file bytes sent
+	pass    atomic.Int64
+	phase   atomic.Int64
 }
 
 func statTimes(fi fs.FileInfo) (ctime int64, ino uint64) {
@@ -187,6 +192,7 @@ func (ls *liveSender) pending(tree []scanned) int64 {
 func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
 	ls.pass.Store(int64(pass))
 	ls.phase.Store(int64(phase))
+	defer ls.closeDir() // directories may go between passes
 	ls.rw.begin(recPass)
 	ls.rw.uvarint(uint64(pass))
 	ls.rw.bytes([]byte{phase})
@@ -286,7 +292,11 @@ func (ls *liveSender) vanished(rel string) error {
 // sent again by a later pass, its stat having changed).
 func (ls *liveSender) file(s scanned, final bool) error {
 	started := time.Now()
-	f, err := ls.src.Open(s.rel)
+	d, err := ls.dirOf(path.Dir(s.rel))
+	if err != nil {
+		return ls.vanished(s.rel)
+	}
+	f, err := d.Open(path.Base(s.rel))
 	if err != nil {
 		return ls.vanished(s.rel)
 	}
@@ -580,6 +590,30 @@ func (svc *Service) restartAfterFailure(s *server.Server, tl transferLog, log in
 		return
 	}
 	log.Info("server started again after a failed live transfer")
+}
+
+// dirOf returns the directory rel, open. A directory the running server
+// renames meanwhile is read at its new place under the old name: harmless,
+// as what was read is recorded by the opened file's own stat, which the
+// next pass compares.
+func (ls *liveSender) dirOf(rel string) (*sandbox.Dir, error) {
+	if ls.openDir != nil && ls.dirRel == rel {
+		return ls.openDir, nil
+	}
+	ls.closeDir()
+	d, err := ls.src.OpenDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	ls.openDir, ls.dirRel = d, rel
+	return d, nil
+}
+
+func (ls *liveSender) closeDir() {
+	if ls.openDir != nil {
+		_ = ls.openDir.Close()
+		ls.openDir = nil
+	}
 }
 
 // copyFile sends exactly size bytes of f, read straight into the chunks

@@ -93,6 +93,34 @@ type applier struct {
 	started  bool
 	dirs     map[string]bool // directories known to exist
 	log      func(pass uint64, phase byte)
+
+	// The directory of the last file written, held open: the files of a
+	// directory arrive together, and each then costs one lookup.
+	openDir *sandbox.Dir
+	dirRel  string
+}
+
+// dirOf returns the directory rel, open.
+func (a *applier) dirOf(rel string) (*sandbox.Dir, error) {
+	if a.openDir != nil && a.dirRel == rel {
+		return a.openDir, nil
+	}
+	a.closeDir()
+	d, err := a.dst.OpenDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	a.openDir, a.dirRel = d, rel
+	return d, nil
+}
+
+// closeDir forgets the open directory (before anything that may remove
+// it: a handle on a removed directory would write where no path leads).
+func (a *applier) closeDir() {
+	if a.openDir != nil {
+		_ = a.openDir.Close()
+		a.openDir = nil
+	}
 }
 
 // ErrManifestMismatch: after the final pass the target's tree is not the
@@ -100,6 +128,7 @@ type applier struct {
 var ErrManifestMismatch = fmt.Errorf("%w: the received tree does not match the source's manifest", ErrChecksumMismatch)
 
 func (a *applier) run() error {
+	defer a.closeDir()
 	for {
 		if err := a.ctx.Err(); err != nil {
 			return context.Cause(a.ctx)
@@ -145,6 +174,7 @@ func (a *applier) record(kind byte) error {
 		if !a.started {
 			// The server is new on this node: whatever its directory holds
 			// (left by an earlier failed attempt) is not the source's.
+			a.closeDir()
 			if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
 				return err
 			}
@@ -295,6 +325,9 @@ func (a *applier) remove(rel string) error {
 	if err != nil {
 		return err
 	}
+	if fi.IsDir() {
+		a.closeDir()
+	}
 	if err := a.dst.RemoveAll(a.ctx, rel); err != nil {
 		return err
 	}
@@ -352,11 +385,17 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		return err
 	}
 	delete(a.sums, rel)
+	d, err := a.dirOf(path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	base := path.Base(rel)
 	// A new file is created exclusively; only something in the way is
-	// looked at (a directory or link removed, a file truncated).
+	// looked at (a directory or link removed, a file truncated), by name.
 	existed := false
-	f, err := a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := d.Create(base, mode)
 	if errors.Is(err, fs.ErrExist) {
+		d = nil // clear may remove a directory, and with it the open one
 		if existed, err = a.clear(rel, 'f'); err != nil {
 			return err
 		}
@@ -374,9 +413,13 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		err = a.dst.Chmod(rel, mode)
 	}
 	if err == nil {
-		// By name, in nanoseconds (a descriptor's SetTimes keeps microseconds).
+		// In nanoseconds (a descriptor's SetTimes keeps microseconds).
 		t := time.Unix(0, mtime)
-		err = a.dst.Lchtimes(rel, t, t)
+		if d != nil {
+			err = d.Lchtimes(base, t, t)
+		} else {
+			err = a.dst.Lchtimes(rel, t, t)
+		}
 	}
 	if err != nil {
 		return err
