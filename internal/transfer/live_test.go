@@ -40,15 +40,12 @@ func liveRoundTripHook(t testing.TB, src, dst, mode string, change func(), onPas
 			go func() { _, _ = cw.WriteTo(pw) }()
 			sender.rw, sender.cw = &recWriter{w: cw}, cw
 			err = func() error {
-				tr, err := sender.scan()
-				if err != nil {
-					return err
-				}
-				if err := sender.send(tr, 1, phaseOnline); err != nil {
+				if err := sender.sendAll(1); err != nil {
 					return err
 				}
 				change()
-				if tr, err = sender.scan(); err != nil {
+				tr, err := sender.scan()
+				if err != nil {
 					return err
 				}
 				if err := sender.send(tr, 2, phaseFinal); err != nil {

@@ -190,13 +190,8 @@ func (ls *liveSender) pending(tree []scanned) int64 {
 
 // send makes one pass: deletions first, then what is new or changed.
 func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
-	ls.pass.Store(int64(pass))
-	ls.phase.Store(int64(phase))
 	defer ls.closeDir() // directories may go between passes
-	ls.rw.begin(recPass)
-	ls.rw.uvarint(uint64(pass))
-	ls.rw.bytes([]byte{phase})
-	if err := ls.rw.flush(); err != nil {
+	if err := ls.beginPass(pass, phase); err != nil {
 		return err
 	}
 	now := make(map[string]byte, len(tree))
@@ -246,6 +241,50 @@ func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
 		}
 	}
 	return nil
+}
+
+func (ls *liveSender) beginPass(pass int, phase byte) error {
+	ls.pass.Store(int64(pass))
+	ls.phase.Store(int64(phase))
+	ls.rw.begin(recPass)
+	ls.rw.uvarint(uint64(pass))
+	ls.rw.bytes([]byte{phase})
+	return ls.rw.flush()
+}
+
+// sendAll makes the first pass: nothing was sent yet, so everything is
+// sent as the walk finds it (no scan first, and a file is stat'ed once,
+// when opened).
+func (ls *liveSender) sendAll(pass int) error {
+	defer ls.closeDir()
+	if err := ls.beginPass(pass, phaseOnline); err != nil {
+		return err
+	}
+	return ls.src.WalkContext(ls.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if rel == "." {
+				return err
+			}
+			return nil // vanished during the walk
+		}
+		if rel == "." {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			return ls.file(scanned{rel: rel, kind: 'f'}, false)
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		switch s := (scanned{rel: rel, kind: kindOf(fi.Mode()), fi: fi}); s.kind {
+		case 'd':
+			return ls.dir(s)
+		case 'l':
+			return ls.link(s)
+		}
+		return nil
+	})
 }
 
 func (ls *liveSender) remove(rel string) error {
@@ -461,17 +500,20 @@ func phaseNote(pass, phase int64) string {
 // livePasses writes the stream: online passes while the changes are large,
 // then the stop, the final pass and the manifest.
 func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, tl transferLog) error {
-	tree, err := ls.scan()
-	if err != nil {
-		return err
-	}
+	var tree []scanned
+	var err error
 	for pass := 1; ; pass++ {
 		began := time.Now()
 		before := ls.sent.Load()
 		// Each pass says when it begins: a short pass may end before the
 		// first progress tick.
 		tl.msg("Sending the files" + phaseNote(int64(pass), phaseOnline) + "...")
-		if err := ls.send(tree, pass, phaseOnline); err != nil {
+		if pass == 1 {
+			err = ls.sendAll(pass)
+		} else {
+			err = ls.send(tree, pass, phaseOnline)
+		}
+		if err != nil {
 			return err
 		}
 		rate := float64(ls.sent.Load()-before) / max(time.Since(began).Seconds(), 0.001)
