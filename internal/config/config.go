@@ -126,9 +126,10 @@ type Backups struct {
 // Transfers configures server transfers.
 type Transfers struct {
 	DownloadLimit int `yaml:"download_limit" json:"download_limit"`
-	// Live turns on live transfers between Wharf nodes (docs/live-transfers.md):
-	// as a source, ask the target whether it speaks them; as a target, answer
-	// that it does. Off, both directions use the classic transfer only.
+	// Live turns on live transfers between Wharf nodes (docs/live-transfers.md;
+	// on by default): as a source, ask the target whether it speaks them; as
+	// a target, answer that it does. Off, both directions use the classic
+	// transfer only.
 	Live bool `yaml:"live" json:"live"`
 	// Compression of a live transfer's stream: auto, zstd or none.
 	Compression string `yaml:"compression" json:"compression"`

@@ -45,6 +45,8 @@ func TestDefaultsFillAbsentKeys(t *testing.T) {
 		"remote_query.timeout":               {c.RemoteQuery.Timeout, 30},
 		"remote_query.boot_servers_per_page": {c.RemoteQuery.BootServersPerPage, 50},
 		"app_name":                           {c.AppName, "Wharf"},
+		"system.transfers.live":              {c.System.Transfers.Live, true},
+		"system.transfers.compression":       {c.System.Transfers.Compression, "auto"},
 	}
 	for key, v := range checks {
 		if v[0] != v[1] {

@@ -33,7 +33,7 @@ func Defaults() *Config {
 			SFTP:                   SFTP{BindAddress: "0.0.0.0", BindPort: 2022},
 			CrashDetection:         CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			Backups:                Backups{CompressionLevel: "best_speed"},
-			Transfers:              Transfers{Compression: "auto"},
+			Transfers:              Transfers{Live: true, Compression: "auto"},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{

@@ -112,6 +112,9 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	ln.Close()
 	c.PlaceUnder(dir)
 	c.System.Username = "root"
+	// The two-node tests exercise the classic transfer (the one Wings
+	// speaks) unless they switch live transfers on.
+	c.System.Transfers.Live = false
 	if mutate != nil {
 		mutate(name, c)
 	}
