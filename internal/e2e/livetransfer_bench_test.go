@@ -120,7 +120,26 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 		res.Body.Close()
 	}
 	api("POST", "/api/servers/"+id+"/power", map[string]string{"action": "start"})
-	time.Sleep(3 * time.Second) // the fake server is up within ~1 s
+	// Running: the start (which first walks the tree to fix its
+	// ownership) is over and takes no CPU from the transfer.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", srcURL+"/api/servers/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+clusterToken)
+		var st struct {
+			State string `json:"state"`
+		}
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			_ = json.NewDecoder(res.Body).Decode(&st)
+			res.Body.Close()
+		}
+		if st.State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the server did not start\n%s", srcLog.String())
+		}
+	}
+	time.Sleep(time.Second) // the game's own start
 
 	// The game: about 2 % of the (non-jar) files rewritten per minute.
 	stop := make(chan struct{})

@@ -335,3 +335,38 @@ func removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
 		}
 	}
 }
+
+// LchownEntry changes the owner of the entry d that Walk is reporting at
+// rel (a link itself, never its target) through the descriptor of the
+// directory the walk listed it in, and not at all when the walk's lstat of
+// it already shows that owner (a tree started a thousand times is chowned
+// once). uid or gid -1 leaves that id alone. It must be called from the
+// walk's fn for that entry; any other d is changed by name (Lchown).
+func (f *FS) LchownEntry(rel string, d fs.DirEntry, uid, gid int) error {
+	const op = "chown"
+	e, ok := d.(walkEntry)
+	if !ok || e.s != f.s {
+		return f.Lchown(rel, uid, gid)
+	}
+	crel, err := f.allowed(op, rel)
+	if err != nil {
+		return err
+	}
+	if fi, err := d.Info(); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok &&
+			(uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid) {
+			return nil
+		}
+	}
+	rc, err := e.dirFile.SyscallConn()
+	if err != nil {
+		return wrap(op, crel, err)
+	}
+	var cerr error
+	if err := rc.Control(func(dfd uintptr) {
+		cerr = unix.Fchownat(int(dfd), e.Name(), uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+	}); err != nil {
+		return wrap(op, crel, err)
+	}
+	return wrap(op, crel, cerr)
+}

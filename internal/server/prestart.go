@@ -42,7 +42,7 @@ func (s *Server) fixOwnership(ctx context.Context) error {
 			s.log.Debug("ownership walk", "path", path, "error", err)
 			return nil
 		}
-		if lerr := trusted.Lchown(path, uid, gid); lerr != nil {
+		if lerr := trusted.LchownEntry(path, d, uid, gid); lerr != nil {
 			s.log.Debug("chown failed", "path", path, "error", lerr)
 		}
 		return nil
