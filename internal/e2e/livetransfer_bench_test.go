@@ -79,9 +79,11 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	if !live {
 		id = "7b0000b1-0000-4000-8000-0000000000b2"
 	}
-	b.Cleanup(func() {
+	removeContainer := func() {
 		_ = testimages.Client(b).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
-	})
+	}
+	removeContainer() // the target's, from the previous iteration
+	b.Cleanup(removeContainer)
 	// Room for the tree on both nodes (this VM backs memory lazily).
 	bench.WarmMemory(b, int(treeMB)<<20*4)
 	p := devpanel.New(clusterTokenID, clusterToken)
@@ -96,7 +98,7 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 		}
 	}
 	src, srcURL, srcData, srcLog := liveBenchNode(b, "source", panelView(b, ps.URL, "source", srcA).URL, on)
-	_, tgtURL, tgtData, _ := liveBenchNode(b, "target", panelView(b, ps.URL, "target", tgtA).URL, on)
+	_, tgtURL, tgtData, tgtLog := liveBenchNode(b, "target", panelView(b, ps.URL, "target", tgtA).URL, on)
 	dir := filepath.Join(srcData, id)
 	if _, err := tree.GameServer(dir, treeMB<<20); err != nil {
 		b.Fatal(err)
@@ -215,7 +217,7 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	}
 	b.Logf("run %d live=%v: offline %.2f s, total %.1f s", run, live, offline, total)
 	if os.Getenv("WHARF_BENCH_VERBOSE") != "" {
-		for _, l := range strings.Split(srcLog.String(), "\n") {
+		for _, l := range strings.Split(srcLog.String()+tgtLog.String(), "\n") {
 			if !strings.Contains(l, "http request") {
 				b.Log(l)
 			}

@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -135,10 +137,12 @@ func kindOf(m fs.FileMode) byte {
 	return 0
 }
 
-// scan lists the tree (lstat only), in walk order.
+// scan lists the tree (lstat only), sorted by path (a directory before
+// its entries), listing directories on every core.
 func (ls *liveSender) scan() ([]scanned, error) {
+	var mu sync.Mutex
 	var out []scanned
-	err := ls.src.WalkContext(ls.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+	err := ls.src.WalkParallel(ls.ctx, ".", runtime.GOMAXPROCS(0), func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if rel == "." {
 				return err
@@ -153,10 +157,13 @@ func (ls *liveSender) scan() ([]scanned, error) {
 			return nil
 		}
 		if k := kindOf(fi.Mode()); k != 0 {
+			mu.Lock()
 			out = append(out, scanned{rel: rel, kind: k, fi: fi})
+			mu.Unlock()
 		}
 		return nil
 	})
+	slices.SortFunc(out, func(a, b scanned) int { return strings.Compare(a.rel, b.rel) })
 	return out, err
 }
 

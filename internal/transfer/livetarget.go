@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
@@ -54,6 +56,8 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 		}
 		return err
 	}
+	svc.opts.Log.Info("live transfer received and checked against the manifest", "server", t.server,
+		"paths", len(a.man), "check", a.checked.Round(time.Millisecond).String())
 	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
 		return err
 	}
@@ -98,6 +102,8 @@ type applier struct {
 	// directory arrive together, and each then costs one lookup.
 	openDir *sandbox.Dir
 	dirRel  string
+
+	checked time.Duration // how long the check against the manifest took
 }
 
 // dirOf returns the directory rel, open.
@@ -496,6 +502,7 @@ func (a *applier) manifestEntry() error {
 // every file's size and hash (the hash taken when the file arrived, in
 // whichever pass that was).
 func (a *applier) verify() error {
+	defer func(began time.Time) { a.checked = time.Since(began) }(time.Now())
 	for rel, e := range a.man {
 		if e.kind == 'd' {
 			t := time.Unix(0, e.mtime)
@@ -505,8 +512,8 @@ func (a *applier) verify() error {
 			_ = a.dst.Lchtimes(rel, t, t)
 		}
 	}
-	seen := 0
-	err := a.dst.WalkContext(a.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
+	var seen atomic.Int64
+	err := a.dst.WalkParallel(a.ctx, ".", runtime.GOMAXPROCS(0), func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -521,7 +528,7 @@ func (a *applier) verify() error {
 		if e == nil || kindOf(fi.Mode()) != e.kind {
 			return fmt.Errorf("%w: %s", ErrManifestMismatch, rel)
 		}
-		seen++
+		seen.Add(1)
 		ok := true
 		switch e.kind {
 		case 'd':
@@ -544,8 +551,8 @@ func (a *applier) verify() error {
 	if err != nil {
 		return err
 	}
-	if seen != len(a.man) {
-		return fmt.Errorf("%w: %d paths missing", ErrManifestMismatch, len(a.man)-seen)
+	if n := int(seen.Load()); n != len(a.man) {
+		return fmt.Errorf("%w: %d paths missing", ErrManifestMismatch, len(a.man)-n)
 	}
 	return nil
 }
