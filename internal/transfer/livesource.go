@@ -137,20 +137,27 @@ func kindOf(m fs.FileMode) byte {
 	return 0
 }
 
+// treeEntry filters a walk of the tree: the root itself and entries that
+// vanished during the walk are skipped (ok false); an error on the root
+// ends the walk.
+func treeEntry(rel string, err error) (ok bool, _ error) {
+	if err != nil {
+		if rel == "." {
+			return false, err
+		}
+		return false, nil // vanished during the walk
+	}
+	return rel != ".", nil
+}
+
 // scan lists the tree (lstat only), sorted by path (a directory before
 // its entries), listing directories on every core.
 func (ls *liveSender) scan() ([]scanned, error) {
 	var mu sync.Mutex
 	var out []scanned
 	err := ls.src.WalkParallel(ls.ctx, ".", runtime.GOMAXPROCS(0), func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if rel == "." {
-				return err
-			}
-			return nil // vanished during the walk
-		}
-		if rel == "." {
-			return nil
+		if ok, err := treeEntry(rel, err); !ok {
+			return err
 		}
 		fi, err := d.Info()
 		if err != nil {
@@ -268,14 +275,8 @@ func (ls *liveSender) sendAll(pass int) error {
 		return err
 	}
 	return ls.src.WalkContext(ls.ctx, ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if rel == "." {
-				return err
-			}
-			return nil // vanished during the walk
-		}
-		if rel == "." {
-			return nil
+		if ok, err := treeEntry(rel, err); !ok {
+			return err
 		}
 		if d.Type().IsRegular() {
 			return ls.file(scanned{rel: rel, kind: 'f'}, false)
