@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +81,14 @@ func changeWhileOnline(t *testing.T, dir string) {
 // ends with the tree as it was when the server stopped.
 func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	const id = "7b000001-0000-4000-8000-000000000001"
-	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveNodes(4))
+	const scrapeToken = "e2e-live-scrape-token-0123456789"
+	metricsPort := freePort(t)
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
+		liveNodes(4)(name, cfg)
+		if name == "target" {
+			cfg.Metrics = config.Metrics{BindAddress: fmt.Sprintf("127.0.0.1:%d", metricsPort), Token: scrapeToken}
+		}
+	})
 	fill(t, c.Source, id, 48<<20)
 	c.Source.power(id, "start")
 	c.Source.waitLog(id, "Done (")
@@ -117,6 +129,31 @@ func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	}
 	if !strings.Contains(c.Source.log.String(), "(phase 1, pass 1: the server is online)") {
 		t.Errorf("no progress naming phase 1 in\n%s", c.Source.log)
+	}
+	// The target counts what it received.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort), nil)
+	req.Header.Set("Authorization", "Bearer "+scrapeToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	m := regexp.MustCompile(`(?m)^wharf_job_bytes_total\{kind="transfer_in",result="success"\} (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no transfer_in bytes in the target's metrics:\n%s", body)
+	}
+	var treeBytes int64
+	_ = filepath.WalkDir(c.Target.dataDir(id), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				treeBytes += fi.Size()
+			}
+		}
+		return nil
+	})
+	if n, _ := strconv.ParseFloat(string(m[1]), 64); n < float64(treeBytes)*9/10 {
+		t.Errorf("transfer_in bytes = %v, want about the received tree's %d", n, treeBytes)
 	}
 	c.Target.assertUsable(id)
 }

@@ -303,7 +303,13 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 	if err == nil {
 		err = svc.report(id, true)
 	}
-	defer func() { metrics.ObserveJob(metrics.TransferIn, err, 0, time.Since(start)) }()
+	defer func() {
+		var received int64
+		if s != nil {
+			received = s.Files().Usage() // what was written through its sandbox
+		}
+		metrics.ObserveJob(metrics.TransferIn, err, received, time.Since(start))
+	}()
 	switch {
 	case err == nil:
 	case errors.Is(context.Cause(t.ctx), ErrCancelled):
