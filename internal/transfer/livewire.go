@@ -193,7 +193,8 @@ func (c *chunkWriter) WriteTo(w io.Writer) (int64, error) {
 	if !c.started.CompareAndSwap(false, true) {
 		return 0, errors.New("the live transfer body is sent once")
 	}
-	return c.sent.Load(), c.send(w)
+	err := c.send(w)
+	return c.sent.Load(), err
 }
 
 // Read serves a client that reads the body instead of calling WriteTo.
