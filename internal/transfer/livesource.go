@@ -109,13 +109,14 @@ type liveSender struct {
 	cw    *chunkWriter
 	index map[string]*liveEntry
 	h     *xxh3.Hasher128
-	// The directory of the last file read, held open (the files of a
-	// directory come together in walk order).
-	openDir *sandbox.Dir
-	dirRel  string
-	sent    atomic.Int64 // file bytes sent
-	pass    atomic.Int64
-	phase   atomic.Int64
+	// The directory of the last file read. A directory the running server
+	// renames meanwhile is read at its new place under the old name:
+	// harmless, as what was read is recorded by the opened file's own
+	// stat, which the next pass compares.
+	held  heldDir
+	sent  atomic.Int64 // file bytes sent
+	pass  atomic.Int64
+	phase atomic.Int64
 }
 
 func statTimes(fi fs.FileInfo) (ctime int64, ino uint64) {
@@ -204,7 +205,7 @@ func (ls *liveSender) pending(tree []scanned) int64 {
 
 // send makes one pass: deletions first, then what is new or changed.
 func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
-	defer ls.closeDir() // directories may go between passes
+	defer ls.held.close() // directories may go between passes
 	if err := ls.beginPass(pass, phase); err != nil {
 		return err
 	}
@@ -270,7 +271,7 @@ func (ls *liveSender) beginPass(pass int, phase byte) error {
 // sent as the walk finds it (no scan first, and a file is stat'ed once,
 // when opened).
 func (ls *liveSender) sendAll(pass int) error {
-	defer ls.closeDir()
+	defer ls.held.close()
 	if err := ls.beginPass(pass, phaseOnline); err != nil {
 		return err
 	}
@@ -339,7 +340,7 @@ func (ls *liveSender) vanished(rel string) error {
 // sent again by a later pass, its stat having changed).
 func (ls *liveSender) file(s scanned, final bool) error {
 	started := time.Now()
-	d, err := ls.dirOf(path.Dir(s.rel))
+	d, err := ls.held.open(ls.src, path.Dir(s.rel))
 	if err != nil {
 		return ls.vanished(s.rel)
 	}
@@ -640,30 +641,6 @@ func (svc *Service) restartAfterFailure(s *server.Server, tl transferLog, log in
 		return
 	}
 	log.Info("server started again after a failed live transfer")
-}
-
-// dirOf returns the directory rel, open. A directory the running server
-// renames meanwhile is read at its new place under the old name: harmless,
-// as what was read is recorded by the opened file's own stat, which the
-// next pass compares.
-func (ls *liveSender) dirOf(rel string) (*sandbox.Dir, error) {
-	if ls.openDir != nil && ls.dirRel == rel {
-		return ls.openDir, nil
-	}
-	ls.closeDir()
-	d, err := ls.src.OpenDir(rel)
-	if err != nil {
-		return nil, err
-	}
-	ls.openDir, ls.dirRel = d, rel
-	return d, nil
-}
-
-func (ls *liveSender) closeDir() {
-	if ls.openDir != nil {
-		_ = ls.openDir.Close()
-		ls.openDir = nil
-	}
 }
 
 // copyFile sends exactly size bytes of f, read straight into the chunks

@@ -98,35 +98,12 @@ type applier struct {
 	dirs     map[string]bool // directories known to exist
 	log      func(pass uint64, phase byte)
 
-	// The directory of the last file written, held open: the files of a
-	// directory arrive together, and each then costs one lookup.
-	openDir *sandbox.Dir
-	dirRel  string
+	// The directory of the last file written. It is let go before
+	// anything that may remove it: a handle on a removed directory would
+	// write where no path leads.
+	held heldDir
 
 	checked time.Duration // how long the check against the manifest took
-}
-
-// dirOf returns the directory rel, open.
-func (a *applier) dirOf(rel string) (*sandbox.Dir, error) {
-	if a.openDir != nil && a.dirRel == rel {
-		return a.openDir, nil
-	}
-	a.closeDir()
-	d, err := a.dst.OpenDir(rel)
-	if err != nil {
-		return nil, err
-	}
-	a.openDir, a.dirRel = d, rel
-	return d, nil
-}
-
-// closeDir forgets the open directory (before anything that may remove
-// it: a handle on a removed directory would write where no path leads).
-func (a *applier) closeDir() {
-	if a.openDir != nil {
-		_ = a.openDir.Close()
-		a.openDir = nil
-	}
 }
 
 // ErrManifestMismatch: after the final pass the target's tree is not the
@@ -134,7 +111,7 @@ func (a *applier) closeDir() {
 var ErrManifestMismatch = fmt.Errorf("%w: the received tree does not match the source's manifest", ErrChecksumMismatch)
 
 func (a *applier) run() error {
-	defer a.closeDir()
+	defer a.held.close()
 	for {
 		if err := a.ctx.Err(); err != nil {
 			return context.Cause(a.ctx)
@@ -180,7 +157,7 @@ func (a *applier) record(kind byte) error {
 		if !a.started {
 			// The server is new on this node: whatever its directory holds
 			// (left by an earlier failed attempt) is not the source's.
-			a.closeDir()
+			a.held.close()
 			if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
 				return err
 			}
@@ -332,7 +309,7 @@ func (a *applier) remove(rel string) error {
 		return err
 	}
 	if fi.IsDir() {
-		a.closeDir()
+		a.held.close()
 	}
 	if err := a.dst.RemoveAll(a.ctx, rel); err != nil {
 		return err
@@ -391,7 +368,7 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		return err
 	}
 	delete(a.sums, rel)
-	d, err := a.dirOf(path.Dir(rel))
+	d, err := a.held.open(a.dst, path.Dir(rel))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/zeebo/xxh3"
+
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // The wire of live transfers, version 1 (docs/live-transfers.md is the
@@ -51,6 +53,36 @@ func LiveOffer() Offer {
 type contentHash = [16]byte
 
 func newContentHash() *xxh3.Hasher128 { return xxh3.New128() }
+
+// heldDir keeps the directory of the last file read or written open: the
+// files of a directory come together in walk order, and through the held
+// directory each costs one lookup instead of a walk from the root.
+type heldDir struct {
+	dir *sandbox.Dir
+	rel string
+}
+
+// open returns the directory rel of fsys, open.
+func (h *heldDir) open(fsys *sandbox.FS, rel string) (*sandbox.Dir, error) {
+	if h.dir != nil && h.rel == rel {
+		return h.dir, nil
+	}
+	h.close()
+	d, err := fsys.OpenDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	h.dir, h.rel = d, rel
+	return d, nil
+}
+
+// close forgets the held directory.
+func (h *heldDir) close() {
+	if h.dir != nil {
+		_ = h.dir.Close()
+		h.dir = nil
+	}
+}
 
 // liveMagic opens the body.
 const liveMagic = "WHARF-LIVE-2\n"
