@@ -699,44 +699,28 @@ func (f *FS) Chmod(name string, mode fs.FileMode) error {
 	if rel == "." {
 		return wrap(op, rel, f.s.root.Chmod(rel, fs.FileMode(perm)))
 	}
-	dir, base := split(rel)
-	d, err := f.s.root.Open(dir)
-	if err != nil {
-		return wrap(op, rel, err)
-	}
-	defer d.Close()
-	rc, err := d.SyscallConn()
-	if err != nil {
-		return wrap(op, rel, err)
-	}
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
+	err = f.s.atParent(rel, func(fd int, base string) error {
 		// O_PATH|O_NOFOLLOW pins the entry itself (a link stays a link);
 		// the mode is then set on that inode through /proc, so nothing is
 		// resolved by name a second time.
-		pfd, err := unix.Openat(int(fd), base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		pfd, err := unix.Openat(fd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			cerr = err
-			return
+			return err
 		}
 		defer unix.Close(pfd)
 		var st unix.Stat_t
 		if err := unix.Fstat(pfd, &st); err != nil {
-			cerr = err
-			return
+			return err
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			cerr = ErrInvalid
-			return
+			return ErrInvalid
 		}
-		cerr = unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pfd), perm, 0)
-	}); err != nil {
-		return wrap(op, rel, err)
-	}
-	if cerr == ErrInvalid {
+		return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pfd), perm, 0)
+	})
+	if err == ErrInvalid {
 		return newErr(op, rel, ErrInvalid)
 	}
-	return wrap(op, rel, cerr)
+	return wrap(op, rel, err)
 }
 
 // Lchown changes the owner of name itself (a link, not its target).
@@ -780,24 +764,32 @@ func (f *FS) Lchtimes(name string, atime, mtime time.Time) error {
 	if rel == "." {
 		return wrap(op, rel, f.s.root.Chtimes(rel, atime, mtime))
 	}
+	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	return wrap(op, rel, f.s.atParent(rel, func(fd int, base string) error {
+		return unix.UtimesNanoAt(fd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}))
+}
+
+// atParent runs fn with a descriptor of rel's parent directory (in-root
+// links on the way are followed) and rel's last component, for the
+// operations that must act on an entry itself and never resolve it by
+// name through the root a second time.
+func (s *state) atParent(rel string, fn func(dirfd int, base string) error) error {
 	dir, base := split(rel)
-	d, err := f.s.root.Open(dir)
+	d, err := s.root.Open(dir)
 	if err != nil {
-		return wrap(op, rel, err)
+		return err
 	}
 	defer d.Close()
 	rc, err := d.SyscallConn()
 	if err != nil {
-		return wrap(op, rel, err)
+		return err
 	}
-	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
-	var uerr error
-	if err := rc.Control(func(fd uintptr) {
-		uerr = unix.UtimesNanoAt(int(fd), base, ts, unix.AT_SYMLINK_NOFOLLOW)
-	}); err != nil {
-		return wrap(op, rel, err)
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd), base) }); err != nil {
+		return err
 	}
-	return wrap(op, rel, uerr)
+	return ferr
 }
 
 // Symlink creates the symbolic link name with the given target. The target
