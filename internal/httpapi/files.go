@@ -49,14 +49,21 @@ func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server
 	return nil
 }
 
-// readWrite reads a writing route's JSON body into v, then refuses with
-// 409 when the server's files may not be changed now (suspended, or an
-// exclusive job rewrites them).
-func readWrite(w http.ResponseWriter, r *http.Request, s *server.Server, v any) error {
-	if err := readJSON(w, r, v); err != nil {
+// changeFiles is a writing route answered with 204: the JSON body into
+// req, a refusal (409) when the server's files may not be changed now
+// (suspended, or an exclusive job rewrites them), then change on them.
+func (a *API) changeFiles(w http.ResponseWriter, r *http.Request, s *server.Server, req any, change func(*files.Manager) error) error {
+	if err := readJSON(w, r, req); err != nil {
 		return err
 	}
-	return s.CheckFileWrites()
+	if err := s.CheckFileWrites(); err != nil {
+		return err
+	}
+	if err := change(a.fileManager(s)); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server) error {
@@ -64,28 +71,19 @@ func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server
 		Root  string         `json:"root"`
 		Files []files.Rename `json:"files"`
 	}
-	if err := readWrite(w, r, s, &req); err != nil {
-		return err
-	}
-	if err := a.fileManager(s).RenameAll(req.Root, req.Files); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+		return fm.RenameAll(req.Root, req.Files)
+	})
 }
 
 func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req struct {
 		Location string `json:"location"`
 	}
-	if err := readWrite(w, r, s, &req); err != nil {
+	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+		_, err := fm.Copy(req.Location)
 		return err
-	}
-	if _, err := a.fileManager(s).Copy(req.Location); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	})
 }
 
 // postWrite stores the raw body as the file: Content-Length is required,
@@ -109,14 +107,9 @@ func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *ser
 		Name string `json:"name"`
 		Path string `json:"path"`
 	}
-	if err := readWrite(w, r, s, &req); err != nil {
-		return err
-	}
-	if err := a.fileManager(s).Mkdir(req.Path, req.Name); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+		return fm.Mkdir(req.Path, req.Name)
+	})
 }
 
 func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Server) error {
@@ -124,14 +117,9 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Root  string   `json:"root"`
 		Files []string `json:"files"`
 	}
-	if err := readWrite(w, r, s, &req); err != nil {
-		return err
-	}
-	if err := a.fileManager(s).Delete(r.Context(), req.Root, req.Files); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+		return fm.Delete(r.Context(), req.Root, req.Files)
+	})
 }
 
 func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server) error {
@@ -139,20 +127,18 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 		Root  string        `json:"root"`
 		Files []files.Chmod `json:"files"`
 	}
-	if err := readWrite(w, r, s, &req); err != nil {
-		return err
-	}
-	if err := a.fileManager(s).ChmodAll(req.Root, req.Files); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+		return fm.ChmodAll(req.Root, req.Files)
+	})
 }
 
-// fileJob takes the server's job slot for a file job (compress,
-// decompress, pull): refused while an exclusive job runs, and while the
-// server's files may not be changed.
-func fileJob(s *server.Server) (end func(), err error) {
+// fileJob reads a file job's (compress, decompress, pull) JSON body into
+// req and takes the server's job slot for it: refused while an exclusive
+// job runs, and while the server's files may not be changed.
+func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (end func(), err error) {
+	if err := readJSON(w, r, req); err != nil {
+		return nil, err
+	}
 	if err := s.CheckFileWrites(); err != nil {
 		return nil, err
 	}
@@ -161,10 +147,7 @@ func fileJob(s *server.Server) (end func(), err error) {
 
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	if err := readJSON(w, r, &req); err != nil {
-		return err
-	}
-	end, err := fileJob(s)
+	end, err := fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
@@ -182,10 +165,7 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	if err := readJSON(w, r, &req); err != nil {
-		return err
-	}
-	end, err := fileJob(s)
+	end, err := fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}

@@ -30,10 +30,7 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return err
 	}
 	var req pull.Request
-	if err := readJSON(w, r, &req); err != nil {
-		return err
-	}
-	end, err := fileJob(s)
+	end, err := fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
