@@ -746,3 +746,37 @@ func TestReadHeadNeverFollowsOrBlocks(t *testing.T) {
 		t.Fatalf("walk saw %v", seen)
 	}
 }
+
+// A regular file swapped for a FIFO between the listing and OpenEntry does
+// not hold the walk (a backup of a running server must never hang on one).
+func TestOpenEntryNeverBlocksOnAFIFO(t *testing.T) {
+	fx := newFixture(t)
+	p := filepath.Join(fx.root, "inside", "file.txt")
+	err := fx.fs.Walk("inside", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil || rel != "inside/file.txt" {
+			return err
+		}
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		if err := syscall.Mkfifo(p, 0o644); err != nil {
+			return err
+		}
+		done := make(chan struct{})
+		go func() {
+			if f, err := fx.fs.OpenEntry(rel, d); err == nil {
+				_ = f.Close()
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("OpenEntry blocked on a FIFO")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

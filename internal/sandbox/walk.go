@@ -201,7 +201,10 @@ func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	file, err := e.dir.Open(e.Name())
+	// O_NONBLOCK, as in open: a FIFO swapped in for the listed file must
+	// not hold the walk until a writer comes (callers refuse what is not a
+	// regular file once it is open).
+	file, err := e.dir.OpenFile(e.Name(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, wrap("open", rel, err)
 	}
