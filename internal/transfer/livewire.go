@@ -158,7 +158,6 @@ type chunkWriter struct {
 	started atomic.Bool // send runs (or ran)
 	done    chan error
 	sent    atomic.Int64 // wire bytes written
-	raw     atomic.Int64 // record bytes cut into chunks
 	zchunks atomic.Int64
 	chunks  atomic.Int64
 	once    sync.Once
@@ -335,7 +334,6 @@ func (c *chunkWriter) flush() {
 	buf := c.buf
 	raw := buf[hdrRoom:]
 	c.buf = c.newBuf()
-	c.raw.Add(int64(len(raw)))
 	c.chunks.Add(1)
 	// auto: compress while the sender is busy and the link holds it back,
 	// but never queue a chunk behind another one being compressed (the
