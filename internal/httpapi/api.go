@@ -88,6 +88,7 @@ func (a *API) Handler() http.Handler {
 	h = a.accessLog(h)
 	h = a.recoverPanics(h)
 	h = a.requestID(h)
+	h = a.identify(h)
 	return h
 }
 

@@ -43,6 +43,20 @@ func (a *API) requestID(next http.Handler) http.Handler {
 	})
 }
 
+// identify sends a User-Agent header on every answer, errors included.
+// Pelican's panel reads it on every answer it checks (DaemonRepository::
+// enforceValidNodeToken) and takes an empty one for a connection error, so
+// without it every error message and the node's health check break. Only
+// the "Pelican Wings/vX.Y.Z (id:...)" form is compared with the node's
+// token id there; ours names Wharf and carries the token id the same way
+// (the id is not a secret: it is the public half of the node's credential).
+func (a *API) identify(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("User-Agent", "Wharf/"+a.Version+" (id:"+a.Config.Get().TokenID+")")
+		next.ServeHTTP(w, r)
+	})
+}
+
 // recoverPanics turns a panic in a handler into a JSON 500 instead of a
 // dropped connection, and logs it with its stack.
 func (a *API) recoverPanics(next http.Handler) http.Handler {

@@ -76,10 +76,20 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 		{http.MethodGet, "/nowhere", 404},
 		{http.MethodDelete, "/api/system", 405},
 		{http.MethodPost, "/api/update", 400},
+		{http.MethodGet, "/api/system", 401}, // no token: auth overridden below
 	} {
-		rec := do(h, tc.method, tc.path, auth, strings.NewReader("{"))
+		hdr := auth
+		if tc.want == 401 {
+			hdr = nil
+		}
+		rec := do(h, tc.method, tc.path, hdr, strings.NewReader("{"))
 		if rec.Code != tc.want || rec.Header().Get("X-Request-Id") == "" {
 			t.Errorf("%s %s: status %d (want %d), X-Request-Id %q", tc.method, tc.path, rec.Code, tc.want, rec.Header().Get("X-Request-Id"))
+		}
+		// Pelican's panel takes an answer without a User-Agent for a
+		// connection error; a "Pelican Wings/..." one must carry our token id.
+		if ua := rec.Header().Get("User-Agent"); ua != "Wharf/test (id:tokenid)" {
+			t.Errorf("%s %s: User-Agent %q, want %q", tc.method, tc.path, ua, "Wharf/test (id:tokenid)")
 		}
 		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 			t.Errorf("%s %s: Content-Type %q, want JSON", tc.method, tc.path, ct)
@@ -102,10 +112,13 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	_, store := newTestAPI(t, nil)
 	var logs bytes.Buffer
 	api := New(Deps{Config: store, Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	h := api.requestID(api.recoverPanics(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })))
+	h := api.identify(api.requestID(api.recoverPanics(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))))
 	rec := do(h, http.MethodGet, "/x", nil, nil)
 	if rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status = %d, want 500", rec.Code)
+	}
+	if ua := rec.Header().Get("User-Agent"); !strings.HasPrefix(ua, "Wharf/") {
+		t.Errorf("a 500 answer without our User-Agent (%q): Pelican reads it as a connection error", ua)
 	}
 	var body errorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.RequestID == "" {
