@@ -34,7 +34,11 @@ func main() {
 		commit = vcsRevision()
 	}
 	bootTime := time.Now()
-	if err := run(bootTime, os.Args[1:]); err != nil {
+	err := run(bootTime, os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return // --help printed the usage: asking for it is not an error
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "wharf:", err)
 		os.Exit(1)
 	}
