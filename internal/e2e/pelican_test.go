@@ -350,3 +350,43 @@ func TestCustomHeadersReachThePanel(t *testing.T) {
 		t.Errorf("the daemon logged the custom header's value:\n%s", n.log)
 	}
 }
+
+// TestWSDenyPanelConsoleRecovers: a Pterodactyl 1.11 panel calls ws/deny
+// also when a subuser's permissions change. Its console (sockette)
+// reconnects after the 4401 close, its stored token is refused with the
+// denylist text, it fetches a new token (now with the new permissions) and
+// is connected again without a page refresh.
+func TestWSDenyPanelConsoleRecovers(t *testing.T) {
+	s := newGameServer(t)
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
+	const user, jti = "00000000-0000-4000-8000-0000000000c1", "md5-of-c1"
+	mint := func() string {
+		c := wsClaims(s.UUID, user, "*")
+		c["jti"] = jti
+		return n.sign(t, c)
+	}
+	waitNextSecond()
+	p := n.openPanelConsole(t, s.UUID, mint(), mint)
+	p.waitAuthed(10 * time.Second)
+
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/ws/deny", map[string]any{"jtis": []string{jti}}, ""); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("ws/deny: %d %s", res.StatusCode, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		authed, final, opens := p.state()
+		if final != 0 {
+			t.Fatalf("the console stopped reconnecting: %s", p)
+		}
+		if authed && opens >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the console did not reconnect with a new token: %s", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(p.String(), "4401") {
+		t.Errorf("the first socket did not close with 4401: %s", p)
+	}
+}
