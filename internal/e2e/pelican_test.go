@@ -390,3 +390,25 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 		t.Errorf("the first socket did not close with 4401: %s", p)
 	}
 }
+
+// TestPelicanEndpointsRequireTheNodeToken: the new node endpoints refuse a
+// missing (401) or wrong (403) node token, and do nothing then.
+func TestPelicanEndpointsRequireTheNodeToken(t *testing.T) {
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(knownServer)}})
+	s := "/api/servers/" + knownServer
+	for _, ep := range []struct{ method, path string }{
+		{"GET", "/api/system/utilization"}, {"GET", "/api/system/ips"}, {"GET", "/api/diagnostics"},
+		{"DELETE", "/api/system/docker/image/prune"}, {"GET", s + "/install-logs"}, {"POST", s + "/ws/deny"},
+		{"GET", "/api/system?v=2"},
+	} {
+		for auth, want := range map[string]int{"-": 401, "Bearer wrong-token": 403} {
+			res, body := n.request(ep.method, ep.path, `{"jtis":["x"]}`, auth)
+			if res.StatusCode != want || !strings.Contains(string(body), `"error"`) {
+				t.Errorf("%s %s with %q: %d %s, want %d", ep.method, ep.path, auth, res.StatusCode, body, want)
+			}
+		}
+	}
+	if strings.Contains(n.log.String(), "pruned dangling images") || strings.Contains(n.log.String(), "token ids denied") {
+		t.Errorf("a refused request acted:\n%s", n.log)
+	}
+}
