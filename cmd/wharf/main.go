@@ -98,7 +98,7 @@ func run(bootTime time.Time, args []string) error {
 		return fmt.Errorf("--log-format must be text or json, got %q", *logFormat)
 	}
 	return daemon.Run(ctx, daemon.Options{
-		ConfigPath: *cfgPath, Debug: *debug, Version: version, BootTime: bootTime, LogFormat: *logFormat,
+		ConfigPath: *cfgPath, Debug: *debug, Version: version, Commit: commit, BootTime: bootTime, LogFormat: *logFormat,
 	})
 }
 

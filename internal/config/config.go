@@ -212,4 +212,8 @@ type Throttles struct {
 type RemoteQuery struct {
 	Timeout            int `yaml:"timeout" json:"timeout"` // seconds
 	BootServersPerPage int `yaml:"boot_servers_per_page" json:"boot_servers_per_page"`
+	// CustomHeaders are sent on every call to the backend (an access
+	// proxy's credentials, e.g. Cloudflare Access); Pelican Wings' key.
+	// Secret: never logged, redacted in diagnostics.
+	CustomHeaders map[string]string `yaml:"custom_headers,omitempty" json:"custom_headers,omitempty"`
 }

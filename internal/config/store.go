@@ -229,6 +229,12 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "metrics")
 	}
 	next.Metrics = current.Metrics
+	// The access proxy's credentials in front of the panel: the panels
+	// never send them, and losing them would cut the node off the panel.
+	if !jsonEqual(next.RemoteQuery.CustomHeaders, current.RemoteQuery.CustomHeaders) {
+		kept = append(kept, "remote_query.custom_headers")
+	}
+	next.RemoteQuery.CustomHeaders = current.Clone().RemoteQuery.CustomHeaders
 	str("system.log_format", &ns.LogFormat, cs.LogFormat)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User

@@ -133,6 +133,12 @@ func (c *Config) Validate() error {
 	if c.RemoteQuery.BootServersPerPage < 1 {
 		bad("remote_query.boot_servers_per_page", "must be at least 1")
 	}
+	for name, value := range c.RemoteQuery.CustomHeaders {
+		if !validHeaderName(name) || strings.ContainsAny(value, "\r\n\x00") {
+			bad("remote_query.custom_headers", "each name must be an HTTP header name and each value a single line")
+			break
+		}
+	}
 	if c.Throttles.Lines < 1 {
 		bad("throttles.lines", "must be at least 1")
 	}
@@ -163,4 +169,18 @@ func validateHTTPURL(s string) error {
 		return errors.New("must include a host")
 	}
 	return nil
+}
+
+// validHeaderName: an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -38,6 +38,7 @@ type Options struct {
 	ConfigPath string
 	Debug      bool
 	Version    string
+	Commit     string // for the diagnostics report
 	// BootTime is when the process started; websocket tokens issued before it are refused.
 	BootTime time.Time
 	// LogOutput receives the log; stderr when nil.
@@ -95,7 +96,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	client := panel.New(func() panel.Settings {
 		c := store.Get()
-		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second}
+		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second, Headers: c.RemoteQuery.CustomHeaders}
 	}, opts.Version)
 
 	rt, err := docker.New(ctx, docker.Options{Logger: log})
@@ -200,6 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 		Version: opts.Version, BootTime: opts.BootTime,
 		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
+		Runtime:         rt, ConfigPath: opts.ConfigPath, Commit: opts.Commit,
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)
 }

@@ -30,7 +30,8 @@ type Options struct {
 	ConfigPath string
 	Version    string
 	Commit     string
-	// LogLines is how many of the last daemon log lines to include.
+	// LogLines is how many of the last daemon log lines to include; none
+	// (and no log section) when 0.
 	LogLines int
 	// Logs returns the last n lines of the daemon log; the journal of the
 	// wharf unit (journalctl) when nil.
@@ -64,22 +65,29 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		diskSpace(&b, cfg)
 	}
 
-	section(fmt.Sprintf("Last %d log lines", opts.LogLines))
-	logs := opts.Logs
-	if logs == nil {
-		logs = journal
-	}
-	if lines, err := logs(ctx, opts.LogLines); err != nil {
-		fmt.Fprintf(&b, "(not available: %v)\n", err)
-	} else {
-		for _, l := range lines {
-			b.WriteString(l)
-			b.WriteByte('\n')
-		}
+	if opts.LogLines > 0 {
+		logSection(ctx, &b, opts)
 	}
 
 	_, err := io.WriteString(out, scrub(b.String(), secrets))
 	return err
+}
+
+func logSection(ctx context.Context, b *strings.Builder, opts Options) {
+	fmt.Fprintf(b, "\n== Last %d log lines ==\n", opts.LogLines)
+	logs := opts.Logs
+	if logs == nil {
+		logs = journal
+	}
+	lines, err := logs(ctx, opts.LogLines)
+	if err != nil {
+		fmt.Fprintf(b, "(not available: %v)\n", err)
+		return
+	}
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
 }
 
 // scrub replaces every occurrence of a secret value.
@@ -163,6 +171,10 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 	redact(&shown.API.SSL.Cert)
 	redact(&shown.API.SSL.Key)
 	redact(&shown.Metrics.Token)
+	for name, v := range c.RemoteQuery.CustomHeaders {
+		secrets = append(secrets, v)
+		shown.RemoteQuery.CustomHeaders[name] = Redacted
+	}
 	for name, r := range shown.Docker.Registries {
 		secrets = append(secrets, c.Docker.Registries[name].Password)
 		redact(&r.Password)
@@ -198,6 +210,9 @@ func panelCheck(ctx context.Context, b *strings.Builder, c *config.Config) {
 		return
 	}
 	req.Header.Set("Authorization", "Bearer "+c.TokenID+"."+c.Token)
+	for name, v := range c.RemoteQuery.CustomHeaders {
+		req.Header.Set(name, v) // the access proxy in front of the panel
+	}
 	req.Header.Set("Accept", "application/vnd.pterodactyl.v1+json")
 	start := time.Now()
 	res, err := http.DefaultClient.Do(req)

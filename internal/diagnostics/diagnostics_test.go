@@ -24,6 +24,7 @@ func TestReportHasNoSecret(t *testing.T) {
 		certPath   = "/etc/letsencrypt/live/node1.example.com/fullchain.pem"
 		keyPath    = "/etc/letsencrypt/live/node1.example.com/privkey.pem"
 		metricsTok = "scrape-token-0123456789abcdef"
+		cfSecret   = "cf-access-secret-77f0e1d2"
 	)
 	p := devpanel.New(tokenID, token)
 	panelSrv := httptest.NewServer(p.Handler())
@@ -36,6 +37,7 @@ func TestReportHasNoSecret(t *testing.T) {
 	c.API.SSL = config.SSL{Enabled: true, Cert: certPath, Key: keyPath}
 	c.Docker.Registries = map[string]config.RegistryAuth{"ghcr.io": {Username: "bot", Password: regPass}}
 	c.Metrics = config.Metrics{BindAddress: "127.0.0.1:9101", Token: metricsTok}
+	c.RemoteQuery.CustomHeaders = map[string]string{"CF-Access-Client-Secret": cfSecret}
 	c.PlaceUnder(dir)
 	for _, d := range []string{c.System.RootDirectory, c.System.Data, c.System.BackupDirectory} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -51,29 +53,33 @@ func TestReportHasNoSecret(t *testing.T) {
 	err := Write(context.Background(), &out, Options{
 		ConfigPath: path, Version: "1.2.3", Commit: "abc1234", LogLines: 2,
 		Logs: func(_ context.Context, n int) ([]string, error) {
-			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass}[:n], nil
+			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass + " cf=" + cfSecret}[:n], nil
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := out.String()
-	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok} {
+	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok, cfSecret} {
 		if strings.Contains(report, secret) {
 			t.Fatalf("the report prints %q:\n%s", secret, report)
 		}
 	}
 	for _, want := range []string{
 		"1.2.3 (commit abc1234)", "go1.", "kernel:", "storage driver:", "cgroup:",
-		"token: " + Redacted, "token_id: " + Redacted, "password: " + Redacted, "username: bot",
+		"token: " + Redacted, "token_id: " + Redacted, "CF-Access-Client-Secret: " + Redacted, "password: " + Redacted, "username: bot",
 		"accepts the node credentials: 200", "data", "free of", "level=INFO msg=boot", "token=" + Redacted,
 	} {
 		if !strings.Contains(report, want) {
 			t.Fatalf("the report lacks %q:\n%s", want, report)
 		}
 	}
-	if len(p.CallsTo("GET", "/servers")) == 0 {
+	calls := p.CallsTo("GET", "/servers")
+	if len(calls) == 0 {
 		t.Fatal("the panel was not asked")
+	}
+	if got := calls[0].Header.Get("CF-Access-Client-Secret"); got != cfSecret {
+		t.Fatalf("the panel check sent CF-Access-Client-Secret %q, want the configured value", got)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/wharf/wharf/internal/deauth"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
+	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
@@ -46,12 +47,20 @@ type Deps struct {
 	Pulls *pull.Service
 	// OnConfigApplied runs after POST /api/update applied a new configuration.
 	OnConfigApplied func(old, next *config.Config)
+	// Runtime is the container runtime, for its optional abilities (image
+	// prune, engine description); nil has none.
+	Runtime runtime.Runtime
+	// ConfigPath and Commit go into the diagnostics report.
+	ConfigPath string
+	Commit     string
 }
 
 // API serves the HTTP interface.
 type API struct {
 	Deps
 	deauth *deauth.Service
+	cpu    *cpuMeter
+	paths  *hostPaths // nil: the host's /proc (tests set their own)
 }
 
 // New returns the API.
@@ -62,7 +71,7 @@ func New(d Deps) *API {
 	if d.OnConfigApplied == nil {
 		d.OnConfigApplied = func(_, _ *config.Config) {}
 	}
-	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}}
+	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}, cpu: &cpuMeter{path: procPaths.stat}}
 }
 
 // Handler returns the complete HTTP handler: middleware around the route table.

@@ -34,6 +34,10 @@ func (a *API) routes() []route {
 		{"GET /api/servers", authBearer, a.handle(a.listServers)},
 		{"POST /api/servers", authBearer, a.handle(a.postServers)},
 		{"POST /api/deauthorize-user", authBearer, a.handle(a.postDeauthorize)},
+		{"GET /api/system/utilization", authBearer, a.handle(a.getUtilization)},
+		{"GET /api/system/ips", authBearer, a.handle(a.getIPs)},
+		{"GET /api/diagnostics", authBearer, a.handle(a.getDiagnostics)},
+		{"DELETE /api/system/docker/image/prune", authBearer, a.handle(a.deletePruneImages)},
 
 		// Server lifecycle
 		{"GET /api/servers/{server}", authBearer, a.withServer(a.getServer)},
@@ -44,9 +48,11 @@ func (a *API) routes() []route {
 		{"POST /api/servers/{server}/install", authBearer, a.withServer(a.postInstall(false))},
 		{"POST /api/servers/{server}/reinstall", authBearer, a.withServer(a.postInstall(true))},
 		{"POST /api/servers/{server}/sync", authBearer, a.withServer(a.postSync)},
+		{"GET /api/servers/{server}/install-logs", authBearer, a.withServer(a.getInstallLogs)},
 
 		// Websocket console
 		{"GET /api/servers/{server}/ws", authSigned, a.handle(a.getWebsocket)},
+		{"POST /api/servers/{server}/ws/deny", authBearer, a.withServer(a.postWSDeny)},
 
 		// Backups
 		{"POST /api/servers/{server}/backup", authBearer, a.withServer(a.postBackup)},

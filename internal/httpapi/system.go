@@ -20,6 +20,9 @@ type systemInfo struct {
 }
 
 func (a *API) getSystem(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Query().Get("v") == "2" {
+		return a.getSystemV2(w, r)
+	}
 	writeJSON(w, http.StatusOK, systemInfo{
 		Architecture:  runtime.GOARCH,
 		CPUCount:      runtime.NumCPU(),

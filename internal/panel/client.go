@@ -28,6 +28,10 @@ type Settings struct {
 	TokenID string
 	Token   string
 	Timeout time.Duration
+	// Headers are sent on every call (remote_query.custom_headers: an
+	// access proxy's credentials). They never override the headers the
+	// daemon sets itself, and are never logged.
+	Headers map[string]string
 }
 
 // Client calls the backend.
@@ -96,6 +100,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header.Set("Accept", "application/vnd.pterodactyl.v1+json")
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("User-Agent", c.userAgent+" (id:"+s.TokenID+")")
+		setCustomHeaders(req.Header, s.Headers)
 		res, err := c.http.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -133,6 +138,18 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		metrics.PanelError(status)
 	}
 	return err
+}
+
+// ownHeaders are set by the client itself; custom headers never replace
+// them (as Pelican Wings' remote/http.go).
+var ownHeaders = map[string]bool{"Authorization": true, "Accept": true, "Content-Type": true, "User-Agent": true}
+
+func setCustomHeaders(h http.Header, custom map[string]string) {
+	for name, value := range custom {
+		if !ownHeaders[http.CanonicalHeaderKey(name)] {
+			h.Set(name, value)
+		}
+	}
 }
 
 // redactURL strips the URL from transport errors; it holds nothing secret

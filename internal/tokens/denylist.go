@@ -21,11 +21,17 @@ type Denylist struct {
 	mu    sync.RWMutex
 	pairs map[string]int64 // server + ":" + user
 	users map[string]int64 // user on every server
+
+	// Websocket token ids denied by ws/deny (jtideny.go).
+	jtis      map[string]jtiDenial
+	forgotten int64 // latest denial time among the forgotten jti denials
+	all       int64 // every token issued at or before it (a full jti list)
+	nextSweep int64
 }
 
 // NewDenylist returns a denylist for a daemon that booted at boot.
 func NewDenylist(boot time.Time) *Denylist {
-	return &Denylist{boot: boot.Unix(), pairs: map[string]int64{}, users: map[string]int64{}}
+	return &Denylist{boot: boot.Unix(), pairs: map[string]int64{}, users: map[string]int64{}, jtis: map[string]jtiDenial{}}
 }
 
 // Deny records that user's tokens issued at or before at are refused on

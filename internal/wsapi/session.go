@@ -300,7 +300,7 @@ func (s *session) handle(m message) {
 		s.send(events.New(EventJWTError, jwtErrorText(tokens.ErrExpired)))
 		return
 	}
-	if err := s.hub.opts.Denylist.Check(c.ServerUUID, c.UserUUID, c.IssuedAt); err != nil {
+	if err := s.hub.opts.Denylist.CheckWebsocket(c); err != nil {
 		s.send(events.New(EventJWTError, jwtErrorText(err)))
 		return
 	}
@@ -333,7 +333,7 @@ func (s *session) authenticate(raw string) {
 		err = errors.New("token was issued for another server")
 	}
 	if err == nil {
-		err = s.hub.opts.Denylist.Check(c.ServerUUID, c.UserUUID, c.IssuedAt)
+		err = s.hub.opts.Denylist.CheckWebsocket(c)
 	}
 	if err != nil {
 		s.log.Debug("websocket authentication refused", "reason", err)
@@ -343,6 +343,12 @@ func (s *session) authenticate(raw string) {
 	first := !s.authd
 	s.authd = true
 	s.claims.Store(c)
+	// A ws/deny between the check above and the store is caught here:
+	// Hub.CloseJTIs only sees stored claims.
+	if s.hub.opts.Denylist.CheckWebsocket(c) != nil {
+		s.Close(server.CloseRevoked, "token denied")
+		return
+	}
 	s.perms = newPermissions(c.Permissions)
 	perms := s.perms
 	s.outPerms.Store(&perms)

@@ -1,0 +1,228 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wharf/wharf/internal/diagnostics"
+	wruntime "github.com/wharf/wharf/internal/runtime"
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// The node endpoints of Pelican's panel (pelican-dev/wings router/router.go,
+// router/router_system.go) and the v2 shape of GET /api/system.
+
+var errNoPrune = usererr.New(usererr.NotFound, "The container runtime of this node cannot prune images.")
+
+// Paths read for the host's figures; fields of API only so that the unit
+// tests can read their own files.
+type hostPaths struct {
+	meminfo, loadavg, stat, mounts, osRelease string
+}
+
+var procPaths = hostPaths{
+	meminfo: "/proc/meminfo", loadavg: "/proc/loadavg", stat: "/proc/stat",
+	mounts: "/proc/self/mounts", osRelease: "/etc/os-release",
+}
+
+// systemInfoV2 is GET /api/system?v=2, Wings' system.Information (the same
+// in Pterodactyl and Pelican Wings; Pterodactyl's TelemetryCollectionService
+// reads docker.version, docker.containers, system.cpu_threads,
+// system.memory_bytes, system.os...).
+type systemInfoV2 struct {
+	Version string       `json:"version"`
+	Docker  dockerInfoV2 `json:"docker"`
+	System  systemV2     `json:"system"`
+}
+
+type dockerInfoV2 struct {
+	Version string `json:"version"`
+	Cgroups struct {
+		Driver  string `json:"driver"`
+		Version string `json:"version"`
+	} `json:"cgroups"`
+	Containers struct {
+		Total   int `json:"total"`
+		Running int `json:"running"`
+		Paused  int `json:"paused"`
+		Stopped int `json:"stopped"`
+	} `json:"containers"`
+	Storage struct {
+		Driver     string `json:"driver"`
+		Filesystem string `json:"filesystem"`
+	} `json:"storage"`
+	Runc struct {
+		Version string `json:"version"`
+	} `json:"runc"`
+}
+
+type systemV2 struct {
+	Architecture  string `json:"architecture"`
+	CPUThreads    int    `json:"cpu_threads"`
+	MemoryBytes   int64  `json:"memory_bytes"`
+	KernelVersion string `json:"kernel_version"`
+	OS            string `json:"os"`
+	OSType        string `json:"os_type"`
+}
+
+// getSystemV2 answers GET /api/system?v=2. An engine that does not answer
+// leaves the docker part empty: the node's health is not the engine's.
+func (a *API) getSystemV2(w http.ResponseWriter, r *http.Request) error {
+	out := systemInfoV2{Version: a.Version, System: systemV2{
+		Architecture: runtime.GOARCH, CPUThreads: runtime.NumCPU(),
+		KernelVersion: kernelVersion(), OS: osPrettyName(a.hostPaths().osRelease), OSType: runtime.GOOS,
+	}}
+	if mem, _, _, _, err := meminfo(a.hostPaths().meminfo); err == nil {
+		out.System.MemoryBytes = int64(mem)
+	}
+	if e, ok := a.Runtime.(wruntime.EngineDescriber); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if info, err := e.EngineInfo(ctx); err != nil {
+			a.Log.Warn("GET /api/system?v=2: the container engine does not answer", "error", err)
+		} else {
+			d := &out.Docker
+			d.Version = info.Version
+			d.Cgroups.Driver, d.Cgroups.Version = info.CgroupDriver, info.CgroupVersion
+			d.Containers.Total, d.Containers.Running = info.Containers, info.Running
+			d.Containers.Paused, d.Containers.Stopped = info.Paused, info.Stopped
+			d.Storage.Driver, d.Storage.Filesystem = info.StorageDriver, info.BackingFilesystem
+			d.Runc.Version = info.RuncVersion
+			if info.MemoryBytes > 0 {
+				out.System.MemoryBytes = info.MemoryBytes
+			}
+			if out.System.OS == "" {
+				out.System.OS = info.OperatingSystem
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (a *API) hostPaths() hostPaths {
+	if a.paths != nil {
+		return *a.paths
+	}
+	return procPaths
+}
+
+// getUtilization is GET /api/system/utilization (Pelican's node dashboard,
+// app/Models/Node.php statistics(): it shows zeros unless memory_total is
+// set). Disk figures are those of the filesystem of root_directory;
+// disk_details lists the filesystem of each configured directory.
+func (a *API) getUtilization(w http.ResponseWriter, r *http.Request) error {
+	p := a.hostPaths()
+	var u utilization
+	var err error
+	if u.MemoryTotal, u.MemoryUsed, u.SwapTotal, u.SwapUsed, err = meminfo(p.meminfo); err != nil {
+		return err
+	}
+	if u.LoadAvg1, u.LoadAvg5, u.LoadAvg15, err = loadavg(p.loadavg); err != nil {
+		return err
+	}
+	if u.CPUPercent, err = a.cpu.percent(r.Context()); err != nil {
+		return err
+	}
+	c := a.Config.Get()
+	u.DiskDetails = disks([]taggedDir{
+		{"Root", c.System.RootDirectory}, {"Logs", c.System.LogDirectory}, {"Data", c.System.Data},
+		{"Archive", c.System.ArchiveDirectory}, {"Backup", c.System.BackupDirectory}, {"Temp", c.System.TmpDirectory},
+	}, p.mounts)
+	if u.DiskDetails == nil {
+		u.DiskDetails = []diskInfo{}
+	}
+	for _, d := range u.DiskDetails {
+		if d.Tags[0] == "Root" {
+			u.DiskTotal, u.DiskUsed = d.TotalSpace, d.UsedSpace
+		}
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+type ipAddresses struct {
+	IPAddresses []string `json:"ip_addresses"`
+}
+
+// getIPs is GET /api/system/ips (Pelican's allocation wizard,
+// Node::ipAddresses()).
+func (a *API) getIPs(w http.ResponseWriter, r *http.Request) error {
+	ips, err := hostIPs()
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ipAddresses{IPAddresses: ips})
+	return nil
+}
+
+// Pelican Wings' bounds of log_lines (router/router_system.go getDiagnostics).
+const (
+	defaultDiagLogLines = 200
+	maxDiagLogLines     = 500
+)
+
+// getDiagnostics is GET /api/diagnostics: the `wharf diagnostics` report
+// as text/plain (Pelican's node diagnostics tab, EditNode.php). include_logs
+// (default true) and log_lines (default 200, at most 500) as Pelican Wings;
+// include_endpoints is accepted and ignored (the report has no such part).
+func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	lines := defaultDiagLogLines
+	if n, err := strconv.Atoi(q.Get("log_lines")); err == nil && n > 0 {
+		lines = min(n, maxDiagLogLines)
+	}
+	if strings.EqualFold(q.Get("include_logs"), "false") {
+		lines = 0
+	}
+	// The panel waits 5 s (DaemonSystemRepository::getDiagnostics).
+	ctx, cancel := context.WithTimeout(r.Context(), 4*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if err := diagnostics.Write(ctx, &b, diagnostics.Options{
+		ConfigPath: a.ConfigPath, Version: a.Version, Commit: a.Commit, LogLines: lines,
+	}); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(b.String()))
+	return nil
+}
+
+// pruneReport is Docker's image prune report, which Pelican Wings passes on
+// as it is (system.PruneDockerImages) and the panel's PruneImagesCommand
+// reads: ImagesDeleted is null when nothing was removed.
+type pruneReport struct {
+	ImagesDeleted  []deletedImage `json:"ImagesDeleted"`
+	SpaceReclaimed uint64         `json:"SpaceReclaimed"`
+}
+
+type deletedImage struct {
+	Untagged string `json:"Untagged,omitempty"`
+	Deleted  string `json:"Deleted,omitempty"`
+}
+
+// deletePruneImages is DELETE /api/system/docker/image/prune: the engine's
+// dangling images are removed; an image any container uses is kept.
+func (a *API) deletePruneImages(w http.ResponseWriter, r *http.Request) error {
+	p, ok := a.Runtime.(wruntime.ImagePruner)
+	if !ok {
+		return errNoPrune
+	}
+	rep, err := p.PruneImages(r.Context())
+	if err != nil {
+		return err
+	}
+	out := pruneReport{SpaceReclaimed: rep.SpaceReclaimed}
+	for _, d := range rep.Deleted {
+		out.ImagesDeleted = append(out.ImagesDeleted, deletedImage(d))
+	}
+	a.Log.Info("pruned dangling images", "removed", len(out.ImagesDeleted), "bytes", out.SpaceReclaimed)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

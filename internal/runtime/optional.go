@@ -1,0 +1,47 @@
+package runtime
+
+import "context"
+
+// Optional abilities: a Runtime may implement these; callers type-assert
+// and answer "not supported" when it does not.
+
+// ImagePruner removes the engine's dangling images (untagged, and used by
+// no container, stopped ones included).
+type ImagePruner interface {
+	PruneImages(ctx context.Context) (PruneReport, error)
+}
+
+// PruneReport is what a prune removed.
+type PruneReport struct {
+	Deleted        []DeletedImage
+	SpaceReclaimed uint64 // bytes
+}
+
+// DeletedImage is one removal: a tag removed (Untagged) or an image
+// deleted (Deleted, its id).
+type DeletedImage struct {
+	Untagged string
+	Deleted  string
+}
+
+// EngineDescriber reports what the container engine is.
+type EngineDescriber interface {
+	EngineInfo(ctx context.Context) (EngineInfo, error)
+}
+
+// EngineInfo describes the engine (diagnostics, GET /api/system?v=2).
+type EngineInfo struct {
+	Version           string
+	APIVersion        string
+	StorageDriver     string
+	BackingFilesystem string
+	CgroupVersion     string
+	CgroupDriver      string
+	Containers        int
+	Running           int
+	Paused            int
+	Stopped           int
+	RuncVersion       string // runc commit id
+	MemoryBytes       int64  // the host's memory as the engine sees it
+	OperatingSystem   string
+}
