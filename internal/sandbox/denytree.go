@@ -78,8 +78,8 @@ func (s *state) scanDenyTree(ctx context.Context, d *denylist, rel, to string) (
 	}
 	err = s.walk(ctx, root, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // gone meanwhile: nothing of it is moved
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotDir) {
+				return nil // missing, or gone meanwhile: nothing of it is moved
 			}
 			return err
 		}

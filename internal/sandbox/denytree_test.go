@@ -108,6 +108,13 @@ func TestDenyTreeAncestors(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(fx.root, "config/license.key")); err != nil {
 		t.Errorf("removing a link to config removed config: %v", err)
 	}
+	// A missing name is still no error for RemoveAll, and still is for Rename.
+	if err := f.RemoveAll(ctx, "nothing/x"); err != nil {
+		t.Errorf("removeall of a missing name: %v", err)
+	}
+	if err := f.Rename("nothing", "y"); !errors.Is(err, ErrNotExist) {
+		t.Errorf("rename of a missing name: %v", err)
+	}
 	// The trusted view moves anything.
 	if err := f.Trusted().Rename("config", "moved"); err != nil {
 		t.Errorf("trusted rename: %v", err)
