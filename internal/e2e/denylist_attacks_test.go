@@ -112,8 +112,10 @@ func TestDenylistAncestors(t *testing.T) {
 	httpDenied("chmod config through a link", "POST", "chmod", map[string]any{"root": "/here", "files": []map[string]string{{"file": "config", "mode": "000"}}})
 	httpDenied("copy of the denied file", "POST", "copy", map[string]string{"location": licenseRel})
 
-	// SFTP: permission denied (3) for the same moves.
+	// SFTP: permission denied (3) for the denied file and the same moves.
 	for what, err := range map[string]error{
+		"read of the denied file":    func() error { _, err := getFile(c, "/"+licenseRel); return err }(),
+		"rename of the denied file":  c.Rename("/"+licenseRel, "/x.key"),
 		"rename config":              c.Rename("/config", "/moved"),
 		"posix-rename config":        c.PosixRename("/config", "/moved"),
 		"rename config through link": c.Rename("/here/config", "/moved"),
