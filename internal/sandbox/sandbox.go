@@ -14,8 +14,9 @@
 //   - operations that act on a symbolic link itself and never its target
 //     (Remove, RemoveAll, Rename, Lchown, Lchtimes, Lstat, Walk);
 //   - the egg's file denylist (gitignore syntax), checked on the name as
-//     given and on the name it resolves to through in-root links, and, for
-//     opened files, on the file actually opened (from its descriptor);
+//     given and on the name it resolves to through in-root links, for
+//     opened files on the file actually opened (from its descriptor), and
+//     for a directory renamed, removed or chmod-ed on every entry below it;
 //   - disk accounting against a limit enforced while bytes are written;
 //   - ownership and modes for new files (0644) and directories (0755);
 //   - errors that name only the relative path (never a host path).
