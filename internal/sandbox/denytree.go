@@ -23,7 +23,7 @@ import (
 // which a write or a rename of a file to that name is refused for too.
 //
 // The check walks the subtree (its cost is the subtree's size, which a
-// rename's check, a removal or a recursive change pays anyway) unless no
+// removal pays anyway) unless no
 // pattern of the denylist can match anything at or below the names
 // involved (mayDenyWithin), which is decided from the patterns alone.
 
@@ -32,8 +32,8 @@ import (
 // (in-root links on the way to rel followed, as the operation follows
 // them), or, for a rename (to is not ""), would be denied under its new
 // name. The walk stops with ctx; a subtree it cannot read refuses the
-// operation with the walk's error. A name that leads out of the root is
-// left to the operation, which refuses it the same way.
+// operation with the walk's error, and so does a name that leads out of
+// the root (ErrOutsideRoot, as the operation would answer).
 func (f *FS) checkDenyTree(ctx context.Context, op, rel, to string) error {
 	if f.trusted {
 		return nil
