@@ -305,8 +305,9 @@ type Rename struct {
 
 // RenameAll moves each pair (names relative to root), in order. A missing
 // source is skipped, as Wings does; an existing destination stops with
-// ErrDestExists. Missing parents of a destination are created.
-func (m *Manager) RenameAll(root string, pairs []Rename) error {
+// ErrDestExists. Missing parents of a destination are created. ctx stops
+// the denylist walk of a directory being moved.
+func (m *Manager) RenameAll(ctx context.Context, root string, pairs []Rename) error {
 	if len(pairs) == 0 {
 		return ErrNoRenames
 	}
@@ -315,7 +316,7 @@ func (m *Manager) RenameAll(root string, pairs []Rename) error {
 		if _, err := m.FS.Lstat(from); errors.Is(err, sandbox.ErrNotExist) {
 			continue
 		}
-		err := m.FS.Rename(from, to)
+		err := m.FS.RenameContext(ctx, from, to)
 		switch {
 		case errors.Is(err, sandbox.ErrExist):
 			return ErrDestExists
@@ -437,8 +438,9 @@ func ParseMode(s string) (fs.FileMode, error) {
 
 // ChmodAll applies every entry (all modes are checked first). Missing
 // files and symbolic links are skipped: a link has no mode of its own, and
-// its target is never changed through it.
-func (m *Manager) ChmodAll(root string, entries []Chmod) error {
+// its target is never changed through it. The mode of a directory is its
+// own (nothing below it changes); ctx stops its denylist walk.
+func (m *Manager) ChmodAll(ctx context.Context, root string, entries []Chmod) error {
 	if len(entries) == 0 {
 		return ErrNoChmods
 	}
@@ -459,7 +461,7 @@ func (m *Manager) ChmodAll(root string, entries []Chmod) error {
 		if err != nil {
 			return err
 		}
-		if err := m.FS.Chmod(name, modes[i]); err != nil {
+		if err := m.FS.ChmodContext(ctx, name, modes[i]); err != nil {
 			if errors.Is(err, sandbox.ErrInvalid) {
 				continue // swapped for a link meanwhile: still never followed
 			}

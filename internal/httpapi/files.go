@@ -72,7 +72,7 @@ func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server
 		Files []files.Rename `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.RenameAll(req.Root, req.Files)
+		return fm.RenameAll(r.Context(), req.Root, req.Files)
 	})
 }
 
@@ -128,7 +128,7 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 		Files []files.Chmod `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.ChmodAll(req.Root, req.Files)
+		return fm.ChmodAll(r.Context(), req.Root, req.Files)
 	})
 }
 

@@ -18,6 +18,10 @@ import (
 // parent directories, matches.
 type denylist struct {
 	m gitignore.Matcher
+	// What the patterns can reach, for mayDenyWithin: anywhere when one
+	// matches a name at any depth, else the components of each anchored one.
+	anywhere bool
+	anchored [][]string
 }
 
 func compileDenylist(lines []string) *denylist {
@@ -25,7 +29,18 @@ func compileDenylist(lines []string) *denylist {
 	if m == nil {
 		return nil
 	}
-	return &denylist{m: m}
+	d := &denylist{m: m}
+	for _, l := range patternLines(lines) {
+		parts, anywhere, skip := patternScope(l)
+		switch {
+		case skip:
+		case anywhere:
+			d.anywhere = true
+		default:
+			d.anchored = append(d.anchored, parts)
+		}
+	}
+	return d
 }
 
 // CompilePatterns compiles gitignore-syntax lines (blank lines and comments
@@ -33,17 +48,27 @@ func compileDenylist(lines []string) *denylist {
 // lists share it, so both read patterns the same way.
 func CompilePatterns(lines []string) gitignore.Matcher {
 	var ps []gitignore.Pattern
-	for _, l := range lines {
-		l = strings.TrimRight(l, "\r")
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
+	for _, l := range patternLines(lines) {
 		ps = append(ps, gitignore.ParsePattern(l, nil))
 	}
 	if len(ps) == 0 {
 		return nil
 	}
 	return gitignore.NewMatcher(ps)
+}
+
+// patternLines drops a trailing "\r" from each line, and blank lines and
+// comments.
+func patternLines(lines []string) []string {
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		l = strings.TrimRight(l, "\r")
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // match reports whether the cleaned relative name is denied. The root

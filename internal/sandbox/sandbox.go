@@ -14,8 +14,9 @@
 //   - operations that act on a symbolic link itself and never its target
 //     (Remove, RemoveAll, Rename, Lchown, Lchtimes, Lstat, Walk);
 //   - the egg's file denylist (gitignore syntax), checked on the name as
-//     given and on the name it resolves to through in-root links, and, for
-//     opened files, on the file actually opened (from its descriptor);
+//     given and on the name it resolves to through in-root links, for
+//     opened files on the file actually opened (from its descriptor), and
+//     for a directory renamed, removed or chmod-ed on every entry below it;
 //   - disk accounting against a limit enforced while bytes are written;
 //   - ownership and modes for new files (0644) and directories (0755);
 //   - errors that name only the relative path (never a host path).
@@ -50,7 +51,8 @@ type Options struct {
 	// Denylist is the egg's file_denylist in gitignore syntax. Denied names
 	// cannot be read (Open, ReadFile, Copy source) or changed in any way
 	// (create, write, mkdir, rename either end, copy target, remove, chmod,
-	// chown, chtimes, symlink). Metadata (Stat, Lstat, ReadDir, Walk,
+	// chown, chtimes, symlink), nor through a directory above them (rename,
+	// RemoveAll and chmod of an ancestor: see checkDenyTree). Metadata (Stat, Lstat, ReadDir, Walk,
 	// Readlink) is not denied, so that the file manager still lists them.
 	// The Trusted view skips it.
 	Denylist []string
@@ -579,8 +581,14 @@ func (f *FS) mkdirAll(rel string, perm fs.FileMode) error {
 
 // Rename moves oldname to newname, creating newname's missing parent
 // directories. It refuses an existing newname (ErrExist) and the root
-// itself. A symbolic link is moved as a link.
+// itself. A symbolic link is moved as a link. A directory holding a denied
+// name, or whose entries would get one, is refused (see checkDenyTree).
 func (f *FS) Rename(oldname, newname string) error {
+	return f.RenameContext(context.Background(), oldname, newname)
+}
+
+// RenameContext is Rename whose denylist walk of a directory stops with ctx.
+func (f *FS) RenameContext(ctx context.Context, oldname, newname string) error {
 	const op = "rename"
 	oldRel, err := clean(op, oldname)
 	if err != nil {
@@ -603,6 +611,9 @@ func (f *FS) Rename(oldname, newname string) error {
 		return newErr(op, newRel, ErrExist)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return wrap(op, newRel, err)
+	}
+	if err := f.checkDenyTree(ctx, op, oldRel, newRel); err != nil {
+		return err
 	}
 	if dir, _ := split(newRel); dir != "." {
 		if _, err := f.s.root.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -640,14 +651,17 @@ func (f *FS) Remove(name string) error {
 
 // RemoveAll removes name and everything below it; a symbolic link is
 // removed as a link. A missing name is not an error. RemoveAll of the root
-// ("/" or "") empties the root and keeps the directory. The denylist is
-// checked on name only, not on what lies below it. ctx is checked before
+// ("/" or "") empties the root and keeps the directory. ctx is checked before
 // each entry: a cancelled removal stops with ctx.Err() and leaves part of
-// the tree (what was removed is released from the usage).
+// the tree (what was removed is released from the usage). A directory
+// holding a denied name is refused whole (see checkDenyTree).
 func (f *FS) RemoveAll(ctx context.Context, name string) error {
 	const op = "remove"
 	rel, err := f.allowed(op, name)
 	if err != nil {
+		return err
+	}
+	if err := f.checkDenyTree(ctx, op, rel, ""); err != nil {
 		return err
 	}
 	if rel == "." {
@@ -688,11 +702,20 @@ func wrapRemove(rel string, err error) error {
 // is never followed (GHSA-rhq6-9rgh-v45c: chmod through a link changed host
 // files): chmod of a link is ErrInvalid, whatever it points to. Parent
 // links inside the root are followed. Only the 0777 bits are kept: setuid,
-// setgid and sticky are dropped.
+// setgid and sticky are dropped. A directory holding a denied name is
+// refused (see checkDenyTree): its mode decides who reaches that name.
 func (f *FS) Chmod(name string, mode fs.FileMode) error {
+	return f.ChmodContext(context.Background(), name, mode)
+}
+
+// ChmodContext is Chmod whose denylist walk of a directory stops with ctx.
+func (f *FS) ChmodContext(ctx context.Context, name string, mode fs.FileMode) error {
 	const op = "chmod"
 	rel, err := f.allowed(op, name)
 	if err != nil {
+		return err
+	}
+	if err := f.checkDenyTree(ctx, op, rel, ""); err != nil {
 		return err
 	}
 	perm := uint32(mode & fs.ModePerm)

@@ -285,7 +285,7 @@ func (h *handlers) setstat(r *sftp.Request) error {
 		}
 	}
 	if flags.Permissions {
-		if err := fsys.Chmod(r.Filepath, permissionBits(attrs.Mode, fi.IsDir())); err != nil {
+		if err := fsys.ChmodContext(r.Context(), r.Filepath, permissionBits(attrs.Mode, fi.IsDir())); err != nil {
 			return toStatus(err)
 		}
 	}
@@ -316,7 +316,7 @@ func (h *handlers) rename(r *sftp.Request) error {
 	if err := h.sess.allowWrite(permUpdate); err != nil {
 		return err
 	}
-	if err := h.files().Rename(r.Filepath, r.Target); err != nil {
+	if err := h.files().RenameContext(r.Context(), r.Filepath, r.Target); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("rename", map[string]string{"from": r.Filepath, "to": r.Target})
@@ -324,7 +324,7 @@ func (h *handlers) rename(r *sftp.Request) error {
 }
 
 // rmdir removes a directory and everything in it (as Wings does). A
-// directory that holds a denylisted file is refused whole.
+// directory that holds a denylisted file is refused whole (by RemoveAll).
 func (h *handlers) rmdir(r *sftp.Request) error {
 	if err := h.sess.allowWrite(permDelete); err != nil {
 		return err
@@ -339,20 +339,6 @@ func (h *handlers) rmdir(r *sftp.Request) error {
 	}
 	if !fi.IsDir() {
 		return errNotDir
-	}
-	denied := false
-	err = fsys.Walk(r.Filepath, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && fsys.Denied(p) {
-			denied = true
-			return fs.SkipAll
-		}
-		return nil
-	})
-	if err != nil {
-		return toStatus(err)
-	}
-	if denied {
-		return errDeniedFile
 	}
 	if err := fsys.RemoveAll(r.Context(), r.Filepath); err != nil {
 		return toStatus(err)
