@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -42,7 +44,16 @@ func (n *node) assertAnswersEveryFace(t *testing.T, server string) {
 		t.Fatalf("list-directory after the attack: %d", code)
 	}
 
-	conn, err := net.DialTimeout("tcp", n.sftpAddr(), 5*time.Second)
+	// The listener comes up at boot next to the API: a refusal in the first
+	// seconds of a node's life is not the attack's doing, so it is retried.
+	var conn net.Conn
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		conn, err = net.DialTimeout("tcp", n.sftpAddr(), 5*time.Second)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatalf("SFTP listener after the attack: %v", err)
 	}
