@@ -91,7 +91,7 @@ func (m *Manager) List(dir string) ([]Stat, error) {
 // with ctx's error when ctx is done, and with fn's error.
 func (l *Listing) Each(ctx context.Context, fn func(Stat) error) error {
 	names := nameSet{budget: l.sortBudget}
-	complete, err := names.read(l.r)
+	complete, err := names.read(ctx, l.r)
 	if err != nil {
 		return err
 	}
@@ -111,9 +111,6 @@ func (l *Listing) Each(ctx context.Context, fn func(Stat) error) error {
 		}
 		return fn(st)
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	for i := range names.index {
 		if err := emit(names.name(i)); err != nil {
 			return err
@@ -122,7 +119,7 @@ func (l *Listing) Each(ctx context.Context, fn func(Stat) error) error {
 	if complete {
 		return nil
 	}
-	names = nameSet{} // the rest comes straight from the directory
+	// The budget ran out: the rest comes straight from the directory.
 	for {
 		name, _, err := l.r.Next()
 		if err == io.EOF {
@@ -240,8 +237,13 @@ const (
 // read reads the directory's names until its end (complete) or until one
 // more would take the set past its budget: that name is kept all the same
 // (complete is false and the rest of the directory is still unread).
-func (s *nameSet) read(r *sandbox.DirReader) (complete bool, err error) {
-	for {
+func (s *nameSet) read(ctx context.Context, r *sandbox.DirReader) (complete bool, err error) {
+	for i := 1; ; i++ {
+		if i%listBatch == 0 {
+			if err := ctx.Err(); err != nil {
+				return false, err
+			}
+		}
 		name, isDir, err := r.Next()
 		if err == io.EOF {
 			return true, nil
