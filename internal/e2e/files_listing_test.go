@@ -262,3 +262,40 @@ func TestListingStopsWhenTheClientLeaves(t *testing.T) {
 	})
 	n.assertAnswersEveryFace(t, filesServer)
 }
+
+// A listing that fails once part of its array is sent (here the game
+// process deletes the directory while the panel reads it slowly: the next
+// read of the directory fails) must not end as a valid-looking shorter
+// array: the connection is cut, and the client sees a broken answer.
+func TestListingErrorMidAnswerBreaksTheAnswer(t *testing.T) {
+	n := filesNode(t, 1000, nil)
+	makeEmptyFiles(t, n.fpath("huge"), hugeDirEntries)
+
+	req, _ := http.NewRequest("GET", n.URL+"/api/servers/"+filesServer+"/files/list-directory?directory=huge", nil)
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	res, err := (&http.Client{Timeout: 5 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	// A slow reader: the daemon fills the socket buffers and waits in the
+	// middle of the array while the directory goes away.
+	if _, err := io.ReadFull(res.Body, make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := os.RemoveAll(n.fpath("huge")); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted the directory in %v", time.Since(start).Round(time.Millisecond))
+	rest, err := io.ReadAll(res.Body)
+	if err == nil {
+		t.Fatalf("the answer ended cleanly (%d more bytes, ending %q): a truncated list looks whole", len(rest), rest[max(0, len(rest)-40):])
+	}
+	t.Logf("the client read %d more bytes, then: %v", len(rest), err)
+	n.waitDaemonLog("list-directory aborted mid-answer", 30*time.Second)
+	n.assertAnswersEveryFace(t, filesServer)
+}
