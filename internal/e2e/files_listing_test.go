@@ -132,7 +132,7 @@ func (n *node) waitIdle(t *testing.T, timeout time.Duration) int64 {
 
 // listHuge lists the huge directory and checks that the answer parses and
 // holds every name once.
-func (n *node) listHuge(t *testing.T, dir string, entries int) error {
+func (n *node) listHuge(dir string, entries int) error {
 	client := &http.Client{Timeout: 5 * time.Minute}
 	req, _ := http.NewRequest("GET", n.URL+"/api/servers/"+filesServer+"/files/list-directory?directory="+q(dir), nil)
 	req.Header.Set("Authorization", "Bearer "+n.Token)
@@ -186,7 +186,7 @@ func TestListingHugeDirectoryHoldsBoundedMemory(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- n.listHuge(t, "huge", hugeDirEntries)
+			errs <- n.listHuge("huge", hugeDirEntries)
 		}()
 	}
 	wg.Wait()
@@ -215,7 +215,7 @@ func TestListingStopsWhenTheClientLeaves(t *testing.T) {
 	// Control: what a whole listing costs.
 	n.waitIdle(t, 30*time.Second)
 	start := n.cpuTicks()
-	if err := n.listHuge(t, "huge", hugeDirEntries); err != nil {
+	if err := n.listHuge("huge", hugeDirEntries); err != nil {
 		t.Fatal(err)
 	}
 	full := n.cpuTicks() - start
