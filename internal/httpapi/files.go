@@ -45,8 +45,8 @@ func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.
 // sent is the usual JSON error; after, the 200 and part of the array are
 // gone, so the connection is aborted and the client sees a broken document,
 // never a truncated array that looks whole. The listing ends with the
-// request's context (the client gone, the server deleted, the node
-// stopping).
+// request's context (the client gone); then nobody waits for an answer
+// and the connection is cut too.
 func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	l, err := a.fileManager(s).OpenListing(r.URL.Query().Get("directory"))
 	if err != nil {
@@ -56,12 +56,13 @@ func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server
 	w.Header().Set("Content-Type", "application/json")
 	out := &sentWriter{w: w}
 	if err := l.WriteJSON(r.Context(), out); err != nil {
+		if r.Context().Err() != nil {
+			panic(http.ErrAbortHandler) // nobody is waiting for an answer
+		}
 		if !out.sent {
 			return err
 		}
-		if r.Context().Err() == nil {
-			a.Log.Warn("list-directory aborted mid-answer", "request_id", requestIDFrom(r), "server", s.UUID(), "error", err)
-		}
+		a.Log.Warn("list-directory aborted mid-answer", "request_id", requestIDFrom(r), "server", s.UUID(), "error", err)
 		panic(http.ErrAbortHandler)
 	}
 	return nil
