@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,104 +41,7 @@ func join(root, name string) string {
 // isRoot reports whether name is the server root itself.
 func isRoot(name string) bool { return path.Clean("/"+name) == "/" }
 
-// ---- listing ----
-
-// List describes the entries of the directory dir: directories first, then
-// files, each group by name. Regular files are typed from their extension
-// or the head of their contents.
-func (m *Manager) List(dir string) ([]Stat, error) {
-	fi, err := m.FS.Lstat(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []Stat
-	switch {
-	case fi.IsDir():
-		out, err = m.listWalk(dir)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		out, err = m.listByName(dir)
-	default:
-		return nil, ErrNotDirectory
-	}
-	if err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, func(a, b Stat) int {
-		if a.Directory != b.Directory {
-			if a.Directory {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out, nil
-}
-
-// listWalk lists a real directory through the sandbox walker, which opens
-// each file relative to the directory's descriptor (one openat per file).
-func (m *Manager) listWalk(dir string) ([]Stat, error) {
-	out := []Stat{}
-	head := make([]byte, sniffLen)
-	first := true
-	err := m.FS.Walk(dir, func(rel string, d fs.DirEntry, err error) error {
-		if first {
-			first = false
-			return err
-		}
-		if err != nil {
-			return nil // vanished or swapped during the listing
-		}
-		fi, ierr := d.Info()
-		if ierr != nil {
-			return nil
-		}
-		if d.IsDir() {
-			out = append(out, NewStat(fi, MimeDirectory))
-			return fs.SkipDir
-		}
-		mime := MimeBinary
-		if fi.Mode().IsRegular() {
-			mime = m.mimeOfEntry(fi, head, rel, d)
-		}
-		out = append(out, NewStat(fi, mime))
-		return nil
-	})
-	return out, err
-}
-
-// listByName lists the directory an in-root link points to.
-func (m *Manager) listByName(dir string) ([]Stat, error) {
-	fi, err := m.FS.Stat(dir)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.IsDir() {
-		return nil, ErrNotDirectory
-	}
-	entries, err := m.FS.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Stat, 0, len(entries))
-	head := make([]byte, sniffLen)
-	for _, e := range entries {
-		rel := dir + "/" + e.Name()
-		fi, err := m.FS.Lstat(rel)
-		if err != nil {
-			continue
-		}
-		mime := MimeBinary
-		switch {
-		case fi.IsDir():
-			mime = MimeDirectory
-		case fi.Mode().IsRegular():
-			mime = m.mimeOf(fi, head, func() (*sandbox.File, error) { return m.FS.Open(rel) })
-		}
-		out = append(out, NewStat(fi, mime))
-	}
-	return out, nil
-}
+// ---- listing (listing.go) ----
 
 // mimeOf types a regular file: by extension for the common text types,
 // empty files without reading, others from their head.

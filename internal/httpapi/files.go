@@ -40,14 +40,47 @@ func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.
 	return nil
 }
 
+// getListDirectory streams the listing (files.Listing.WriteJSON): memory
+// stays bounded whatever the directory holds. An error before anything is
+// sent is the usual JSON error; after, the 200 and part of the array are
+// gone, so the connection is aborted and the client sees a broken document,
+// never a truncated array that looks whole. The listing ends with the
+// request's context (the client gone); then nobody waits for an answer
+// and the connection is cut too.
 func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) error {
-	out, err := a.fileManager(s).List(r.URL.Query().Get("directory"))
+	l, err := a.fileManager(s).OpenListing(r.URL.Query().Get("directory"))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, out)
+	defer l.Close()
+	w.Header().Set("Content-Type", "application/json")
+	out := &sentWriter{w: w}
+	if err := l.WriteJSON(r.Context(), out); err != nil {
+		if r.Context().Err() != nil {
+			panic(http.ErrAbortHandler) // nobody is waiting for an answer
+		}
+		if !out.sent {
+			return err
+		}
+		a.Log.Warn("list-directory aborted mid-answer", "request_id", requestIDFrom(r), "server", s.UUID(), "error", err)
+		panic(http.ErrAbortHandler)
+	}
 	return nil
 }
+
+// sentWriter records whether anything was written to the response, and
+// flushes it on demand.
+type sentWriter struct {
+	w    http.ResponseWriter
+	sent bool
+}
+
+func (s *sentWriter) Write(p []byte) (int, error) {
+	s.sent = true
+	return s.w.Write(p)
+}
+
+func (s *sentWriter) Flush() error { return http.NewResponseController(s.w).Flush() }
 
 // changeFiles is a writing route answered with 204: the JSON body into
 // req, a refusal (409) when the server's files may not be changed now
