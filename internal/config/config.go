@@ -107,6 +107,20 @@ type SFTP struct {
 	ReadOnly    bool   `yaml:"read_only" json:"read_only"`
 	// KeyOnly refuses password logins (Pelican's system.sftp.key_only).
 	KeyOnly bool `yaml:"key_only" json:"key_only"`
+	// MaxHandles caps the files and directory listings one SFTP
+	// connection holds open at once (docs/security.md, "SFTP limits").
+	MaxHandles int `yaml:"max_handles" json:"max_handles"`
+	// MaxSessions caps the session channels of one connection
+	// (OpenSSH's MaxSessions).
+	MaxSessions int `yaml:"max_sessions" json:"max_sessions"`
+	// MaxStartups caps the connections not yet authenticated, node-wide;
+	// MaxStartupsPerSource caps them per source address (an IPv4
+	// address, an IPv6 /64). OpenSSH's MaxStartups is the model.
+	MaxStartups          int `yaml:"max_startups" json:"max_startups"`
+	MaxStartupsPerSource int `yaml:"max_startups_per_source" json:"max_startups_per_source"`
+	// LoginGraceTime is the seconds a connection has, from accept, to
+	// authenticate (OpenSSH's LoginGraceTime).
+	LoginGraceTime int `yaml:"login_grace_time" json:"login_grace_time"`
 }
 
 // CrashDetection configures automatic restarts after a crash.
