@@ -364,7 +364,11 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		perm = 0o644
 	}
 	perm &= fs.ModePerm
-	base := flag &^ (os.O_CREATE | os.O_EXCL | os.O_TRUNC)
+	// O_NONBLOCK: a FIFO must not hold the open until a reader comes (with
+	// none, the kernel answers ENXIO); whatever is not a regular file is
+	// refused once open, before anything is truncated or written. On a
+	// regular file the flag changes nothing.
+	base := flag&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC) | syscall.O_NONBLOCK
 	var file *os.File
 	created := false
 	if flag&os.O_CREATE != 0 {
@@ -376,6 +380,9 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		}
 	} else {
 		file, err = f.s.root.OpenFile(rel, base, 0)
+	}
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, newErr(op, rel, ErrNotRegular)
 	}
 	if err != nil {
 		return nil, wrap(op, rel, err)
@@ -395,6 +402,10 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	if fi.IsDir() {
 		_ = file.Close()
 		return nil, newErr(op, rel, ErrIsDir)
+	}
+	if !fi.Mode().IsRegular() {
+		_ = file.Close()
+		return nil, newErr(op, rel, ErrNotRegular)
 	}
 	size := fi.Size()
 	if created {
