@@ -818,3 +818,32 @@ func TestOpenFileForWritingRefusesAFIFO(t *testing.T) {
 		}
 	}
 }
+
+// ReadFile of a FIFO whose writer stays silent (a game holding it open)
+// answers ErrNotRegular at once instead of waiting for bytes.
+func TestReadFileRefusesAFIFO(t *testing.T) {
+	fx := newFixture(t)
+	p := filepath.Join(fx.root, "pipe")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// O_RDWR: a writer that never writes, opened without waiting for a reader.
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fx.fs.ReadFile("pipe", 1<<20)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("ReadFile of a FIFO: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFile blocked on a FIFO")
+	}
+}

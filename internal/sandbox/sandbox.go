@@ -258,6 +258,14 @@ func (f *FS) ReadFile(name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer file.Close()
+	// A FIFO whose writer stays silent would hold the read: regular files only.
+	if fi, err := file.Stat(); err != nil {
+		return nil, err
+	} else if fi.IsDir() {
+		return nil, newErr("read", file.rel, ErrIsDir)
+	} else if !fi.Mode().IsRegular() {
+		return nil, newErr("read", file.rel, ErrNotRegular)
+	}
 	var r io.Reader = file
 	if limit > 0 {
 		r = io.LimitReader(file, limit+1)
