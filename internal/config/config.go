@@ -113,6 +113,10 @@ type SFTP struct {
 	// MaxSessions caps the session channels of one connection
 	// (OpenSSH's MaxSessions).
 	MaxSessions int `yaml:"max_sessions" json:"max_sessions"`
+	// MaxConnectionsPerServer caps the logged-in connections to one
+	// server, so that one server's users cannot hold all of the node's
+	// descriptors with max_handles on each of many connections.
+	MaxConnectionsPerServer int `yaml:"max_connections_per_server" json:"max_connections_per_server"`
 	// MaxStartups caps the connections not yet authenticated, node-wide;
 	// MaxStartupsPerSource caps them per source address (an IPv4
 	// address, an IPv6 /64). OpenSSH's MaxStartups is the model.

@@ -175,6 +175,7 @@ func validateSFTPLimits(s SFTP, bad func(key, reason string)) {
 	}{
 		{"system.sftp.max_handles", s.MaxHandles},
 		{"system.sftp.max_sessions", s.MaxSessions},
+		{"system.sftp.max_connections_per_server", s.MaxConnectionsPerServer},
 		{"system.sftp.max_startups", s.MaxStartups},
 		{"system.sftp.max_startups_per_source", s.MaxStartupsPerSource},
 		{"system.sftp.login_grace_time", s.LoginGraceTime},

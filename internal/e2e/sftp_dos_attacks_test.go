@@ -373,3 +373,51 @@ func TestSFTPUnauthenticatedFlood(t *testing.T) {
 		t.Fatalf("the authenticated session was closed with the flood: %v", err)
 	}
 }
+
+// Logged-in connections to one server are capped
+// (system.sftp.max_connections_per_server): beyond it the connection's
+// SFTP channel is refused with the reason, so a server's users cannot
+// multiply max_handles by connections; other servers are not affected,
+// and a closed connection frees its place.
+func TestSFTPConnectionsPerServerCapped(t *testing.T) {
+	n := dosNode(t, func(c *config.Config) { c.System.SFTP.MaxConnectionsPerServer = 3 })
+	var open []*sftpSession
+	for range 3 {
+		open = append(open, n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass)))
+	}
+	conn, err := n.sshDial(sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if sc, err := sftp.NewClient(conn); err == nil {
+		sc.Close()
+		t.Fatal("a fourth SFTP connection to a server capped at 3 was served")
+	} else if !strings.Contains(err.Error(), "too many SFTP connections to this server") {
+		t.Fatalf("the fourth connection was refused with %v, want the reason", err)
+	}
+	waitClosed(t, conn, 5*time.Second, "a refused connection")
+
+	// Another server is not affected; a closed connection frees its place.
+	n.sftpOpen(t, sftpLogin("alice", sftpSrvB), ssh.Password(sftpPass))
+	open[0].close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := n.sshDial(sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := sftp.NewClient(c)
+		if err == nil {
+			sc.Close()
+			c.Close()
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("a place freed by a closed connection is not given back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	n.assertAnswersEveryFace(t, sftpSrvA)
+}

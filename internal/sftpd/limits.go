@@ -4,8 +4,10 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
 )
 
 // errTooManyHandles answers an open beyond system.sftp.max_handles.
@@ -130,4 +132,43 @@ func sourceOf(addr net.Addr) string {
 		return ip.String()
 	}
 	return pfx.String()
+}
+
+// ---- logged-in connections per server ----
+
+// serverConns counts the logged-in connections of each server.
+type serverConns struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newServerConns() *serverConns { return &serverConns{n: map[string]int{}} }
+
+// take counts one more connection to server; false when it has limit.
+func (c *serverConns) take(server string, limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[server] >= limit {
+		return false
+	}
+	c.n[server]++
+	return true
+}
+
+func (c *serverConns) release(server string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[server]--; c.n[server] <= 0 {
+		delete(c.n, server)
+	}
+}
+
+// refuseChannels answers the first channel a refused connection opens with
+// why (clients show it), then returns; a client that opens none is given
+// up on after wait.
+func refuseChannels(nc net.Conn, chans <-chan ssh.NewChannel, wait time.Duration, why string) {
+	_ = nc.SetDeadline(time.Now().Add(wait))
+	if nch, ok := <-chans; ok {
+		_ = nch.Reject(ssh.ResourceShortage, why)
+	}
 }

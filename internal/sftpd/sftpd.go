@@ -69,11 +69,12 @@ const (
 
 // Server is the SFTP server of the node.
 type Server struct {
-	opts     Options
-	log      *slog.Logger
-	limiter  *loginLimiter
-	startups *startupGate
-	sessions atomic.Int64 // authenticated connections open now
+	opts      Options
+	log       *slog.Logger
+	limiter   *loginLimiter
+	startups  *startupGate
+	perServer *serverConns
+	sessions  atomic.Int64 // authenticated connections open now
 }
 
 // New returns a server; Run serves it.
@@ -86,7 +87,7 @@ func New(opts Options) *Server {
 	}
 	return &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
-		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(),
+		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
 	}
 }
 
@@ -106,6 +107,7 @@ func (s *Server) config() config.SFTP {
 	}
 	atLeastOne(&c.MaxHandles, d.MaxHandles)
 	atLeastOne(&c.MaxSessions, d.MaxSessions)
+	atLeastOne(&c.MaxConnectionsPerServer, d.MaxConnectionsPerServer)
 	atLeastOne(&c.MaxStartups, d.MaxStartups)
 	atLeastOne(&c.MaxStartupsPerSource, d.MaxStartupsPerSource)
 	atLeastOne(&c.LoginGraceTime, d.LoginGraceTime)
@@ -227,6 +229,12 @@ func (s *Server) handleConn(ctx context.Context, nc net.Conn, p *pending, signer
 		s.log.Warn("SFTP session refused after login", "user", sconn.User(), "error", err)
 		return
 	}
+	if !s.perServer.take(sess.srv.UUID(), c.MaxConnectionsPerServer) {
+		s.log.Warn("SFTP session refused: too many connections to this server", "server", sess.srv.UUID(), "user", sess.user, "ip", sess.ip, "limit", c.MaxConnectionsPerServer)
+		refuseChannels(nc, chans, time.Duration(c.LoginGraceTime)*time.Second, "too many SFTP connections to this server")
+		return
+	}
+	defer s.perServer.release(sess.srv.UUID())
 	remove := sess.srv.AddSession(sess)
 	defer remove()
 	s.sessions.Add(1)
