@@ -75,6 +75,8 @@ type Server struct {
 	startups  *startupGate
 	perServer *serverConns
 	sessions  atomic.Int64 // authenticated connections open now
+	// defaults stand in for limits a caller's configuration left at zero.
+	defaults config.SFTP
 }
 
 // New returns a server; Run serves it.
@@ -88,6 +90,7 @@ func New(opts Options) *Server {
 	return &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
 		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
+		defaults: config.Defaults().System.SFTP,
 	}
 }
 
@@ -98,8 +101,7 @@ func (s *Server) Sessions() int { return int(s.sessions.Load()) }
 // config is the current system.sftp with every limit at least 1 (a zero
 // from a caller that left it out takes the default).
 func (s *Server) config() config.SFTP {
-	c := s.opts.Config()
-	d := config.Defaults().System.SFTP
+	c, d := s.opts.Config(), s.defaults
 	atLeastOne := func(v *int, def int) {
 		if *v < 1 {
 			*v = def
