@@ -137,10 +137,14 @@ func (h *handlers) Fileread(r *sftp.Request) (_ io.ReaderAt, err error) {
 		release()
 		return nil, toStatus(err)
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+	}
+	if err != nil {
 		_ = f.Close()
 		release()
-		return nil, errNotRegular
+		return nil, toStatus(err)
 	}
 	return &reader{f: f, release: release}, nil
 }
