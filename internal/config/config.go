@@ -107,6 +107,24 @@ type SFTP struct {
 	ReadOnly    bool   `yaml:"read_only" json:"read_only"`
 	// KeyOnly refuses password logins (Pelican's system.sftp.key_only).
 	KeyOnly bool `yaml:"key_only" json:"key_only"`
+	// MaxHandles caps the files and directory listings one SFTP
+	// connection holds open at once (docs/security.md, "SFTP limits").
+	MaxHandles int `yaml:"max_handles" json:"max_handles"`
+	// MaxSessions caps the session channels of one connection
+	// (OpenSSH's MaxSessions).
+	MaxSessions int `yaml:"max_sessions" json:"max_sessions"`
+	// MaxConnectionsPerServer caps the logged-in connections to one
+	// server, so that one server's users cannot hold all of the node's
+	// descriptors with max_handles on each of many connections.
+	MaxConnectionsPerServer int `yaml:"max_connections_per_server" json:"max_connections_per_server"`
+	// MaxStartups caps the connections not yet authenticated, node-wide;
+	// MaxStartupsPerSource caps them per source address (an IPv4
+	// address, an IPv6 /64). OpenSSH's MaxStartups is the model.
+	MaxStartups          int `yaml:"max_startups" json:"max_startups"`
+	MaxStartupsPerSource int `yaml:"max_startups_per_source" json:"max_startups_per_source"`
+	// LoginGraceTime is the seconds a connection has, from accept, to
+	// authenticate (OpenSSH's LoginGraceTime).
+	LoginGraceTime int `yaml:"login_grace_time" json:"login_grace_time"`
 }
 
 // CrashDetection configures automatic restarts after a crash.

@@ -29,24 +29,30 @@ func TestDefaultsFillAbsentKeys(t *testing.T) {
 		t.Errorf("api.port = %d, want 9090", c.API.Port)
 	}
 	checks := map[string][2]any{
-		"api.host":                           {c.API.Host, "0.0.0.0"},
-		"api.upload_limit":                   {c.API.UploadLimit, int64(100)},
-		"system.root_directory":              {c.System.RootDirectory, "/var/lib/service"},
-		"system.data":                        {c.System.Data, "/var/lib/service/volumes"},
-		"system.backup_directory":            {c.System.BackupDirectory, "/var/lib/service/backups"},
-		"system.tmp_directory":               {c.System.TmpDirectory, "/tmp/service"},
-		"system.username":                    {c.System.Username, "service"},
-		"system.websocket_log_count":         {c.System.WebsocketLogCount, 150},
-		"system.crash_detection.timeout":     {c.System.CrashDetection.Timeout, 60},
-		"docker.network.name":                {c.Docker.Network.Name, "service_nw"},
-		"docker.container_pid_limit":         {c.Docker.ContainerPidLimit, int64(512)},
-		"docker.installer_limits.memory":     {c.Docker.InstallerLimits.Memory, int64(1024)},
-		"throttles.lines":                    {c.Throttles.Lines, 2000},
-		"remote_query.timeout":               {c.RemoteQuery.Timeout, 30},
-		"remote_query.boot_servers_per_page": {c.RemoteQuery.BootServersPerPage, 50},
-		"app_name":                           {c.AppName, "Wharf"},
-		"system.transfers.live":              {c.System.Transfers.Live, true},
-		"system.transfers.compression":       {c.System.Transfers.Compression, "auto"},
+		"api.host":                               {c.API.Host, "0.0.0.0"},
+		"api.upload_limit":                       {c.API.UploadLimit, int64(100)},
+		"system.root_directory":                  {c.System.RootDirectory, "/var/lib/service"},
+		"system.data":                            {c.System.Data, "/var/lib/service/volumes"},
+		"system.backup_directory":                {c.System.BackupDirectory, "/var/lib/service/backups"},
+		"system.tmp_directory":                   {c.System.TmpDirectory, "/tmp/service"},
+		"system.username":                        {c.System.Username, "service"},
+		"system.websocket_log_count":             {c.System.WebsocketLogCount, 150},
+		"system.crash_detection.timeout":         {c.System.CrashDetection.Timeout, 60},
+		"docker.network.name":                    {c.Docker.Network.Name, "service_nw"},
+		"docker.container_pid_limit":             {c.Docker.ContainerPidLimit, int64(512)},
+		"docker.installer_limits.memory":         {c.Docker.InstallerLimits.Memory, int64(1024)},
+		"throttles.lines":                        {c.Throttles.Lines, 2000},
+		"remote_query.timeout":                   {c.RemoteQuery.Timeout, 30},
+		"remote_query.boot_servers_per_page":     {c.RemoteQuery.BootServersPerPage, 50},
+		"app_name":                               {c.AppName, "Wharf"},
+		"system.transfers.live":                  {c.System.Transfers.Live, true},
+		"system.transfers.compression":           {c.System.Transfers.Compression, "auto"},
+		"system.sftp.max_handles":                {c.System.SFTP.MaxHandles, 256},
+		"system.sftp.max_sessions":               {c.System.SFTP.MaxSessions, 10},
+		"system.sftp.max_connections_per_server": {c.System.SFTP.MaxConnectionsPerServer, 32},
+		"system.sftp.max_startups":               {c.System.SFTP.MaxStartups, 64},
+		"system.sftp.max_startups_per_source":    {c.System.SFTP.MaxStartupsPerSource, 10},
+		"system.sftp.login_grace_time":           {c.System.SFTP.LoginGraceTime, 30},
 	}
 	for key, v := range checks {
 		if v[0] != v[1] {
@@ -76,6 +82,9 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"bad timezone", func(c *Config) { c.System.Timezone = "Mars/Olympus" }, "system.timezone"},
 		{"bad compression", func(c *Config) { c.System.Backups.CompressionLevel = "max" }, "system.backups.compression_level"},
 		{"zero timeout", func(c *Config) { c.RemoteQuery.Timeout = 0 }, "remote_query.timeout"},
+		{"no sftp handles", func(c *Config) { c.System.SFTP.MaxHandles = 0 }, "system.sftp.max_handles"},
+		{"no sftp startups per source", func(c *Config) { c.System.SFTP.MaxStartupsPerSource = -1 }, "system.sftp.max_startups_per_source"},
+		{"no sftp login grace", func(c *Config) { c.System.SFTP.LoginGraceTime = 0 }, "system.sftp.login_grace_time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,10 +30,13 @@ func Defaults() *Config {
 			ActivitySendCount:      100,
 			CheckPermissionsOnBoot: true,
 			WebsocketLogCount:      150,
-			SFTP:                   SFTP{BindAddress: "0.0.0.0", BindPort: 2022},
-			CrashDetection:         CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
-			Backups:                Backups{CompressionLevel: "best_speed"},
-			Transfers:              Transfers{Live: true, Compression: "auto"},
+			SFTP: SFTP{
+				BindAddress: "0.0.0.0", BindPort: 2022,
+				MaxHandles: 256, MaxSessions: 10, MaxConnectionsPerServer: 32, MaxStartups: 64, MaxStartupsPerSource: 10, LoginGraceTime: 30,
+			},
+			CrashDetection: CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
+			Backups:        Backups{CompressionLevel: "best_speed"},
+			Transfers:      Transfers{Live: true, Compression: "auto"},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{

@@ -108,6 +108,7 @@ func (c *Config) Validate() error {
 	if c.System.SFTP.BindPort < 1 || c.System.SFTP.BindPort > 65535 {
 		bad("system.sftp.bind_port", "must be between 1 and 65535")
 	}
+	validateSFTPLimits(c.System.SFTP, bad)
 	if c.System.WebsocketLogCount < 0 {
 		bad("system.websocket_log_count", "must not be negative")
 	}
@@ -183,4 +184,24 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateSFTPLimits checks the SFTP server's resource limits: each must
+// allow at least one of what it counts.
+func validateSFTPLimits(s SFTP, bad func(key, reason string)) {
+	for _, l := range []struct {
+		key string
+		v   int
+	}{
+		{"system.sftp.max_handles", s.MaxHandles},
+		{"system.sftp.max_sessions", s.MaxSessions},
+		{"system.sftp.max_connections_per_server", s.MaxConnectionsPerServer},
+		{"system.sftp.max_startups", s.MaxStartups},
+		{"system.sftp.max_startups_per_source", s.MaxStartupsPerSource},
+		{"system.sftp.login_grace_time", s.LoginGraceTime},
+	} {
+		if l.v < 1 {
+			bad(l.key, "must be at least 1")
+		}
+	}
 }

@@ -169,15 +169,11 @@ func Run(ctx context.Context, opts Options) error {
 	sftpCtx, stopSFTP := context.WithCancel(ctx)
 	var sftpDone sync.WaitGroup
 	defer func() { stopSFTP(); sftpDone.Wait() }()
-	sftpDone.Go(func() {
-		sftpd.New(sftpd.Options{
-			Config:  func() config.SFTP { return store.Get().System.SFTP },
-			DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
-		}).Run(sftpCtx)
+	sftpSrv := sftpd.New(sftpd.Options{
+		Config:  func() config.SFTP { return store.Get().System.SFTP },
+		DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
 	})
-	if addr := store.Get().Metrics.BindAddress; addr != "" {
-		startMetrics(ctx, &wg, addr, log, store, servers, acts)
-	}
+	sftpDone.Go(func() { sftpSrv.Run(sftpCtx) })
 
 	denylist := tokens.NewDenylist(opts.BootTime)
 	hub := wsapi.NewHub(wsapi.Options{
@@ -194,6 +190,9 @@ func Run(ctx context.Context, opts Options) error {
 	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
 	// them with 1012 before the servers stop.
 	defer hub.Close()
+	if addr := store.Get().Metrics.BindAddress; addr != "" {
+		startMetrics(ctx, &wg, addr, log, store, servers, acts, metricsSessions{websocket: hub.Sessions, sftp: sftpSrv.Sessions})
+	}
 
 	api := httpapi.New(httpapi.Deps{
 		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,

@@ -12,13 +12,20 @@ import (
 	"github.com/wharf/wharf/internal/server"
 )
 
+// metricsSessions are the live session counts of their owners.
+type metricsSessions struct {
+	websocket, sftp func() int
+}
+
 // startMetrics serves the Prometheus endpoint on its own listener until ctx
 // ends. A listener that cannot start is logged, never fatal: metrics are
 // not worth a node that does not boot.
-func startMetrics(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.Logger, store *config.Store, servers *server.Manager, acts *activity.Queue) {
+func startMetrics(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.Logger, store *config.Store, servers *server.Manager, acts *activity.Queue, sessions metricsSessions) {
 	reg := metrics.NewRegistry(metrics.Sources{
-		Servers:         func() []metrics.ServerSample { return serverSamples(servers) },
-		ActivityPending: acts.PendingBytes,
+		Servers:           func() []metrics.ServerSample { return serverSamples(servers) },
+		ActivityPending:   acts.PendingBytes,
+		WebsocketSessions: sessions.websocket,
+		SFTPSessions:      sessions.sftp,
 	})
 	h := metrics.Handler(reg, func() string { return store.Get().Metrics.Token }, log)
 	wg.Go(func() {

@@ -35,17 +35,6 @@ var (
 		Help:    "Latency of API requests by route pattern (websockets: the session's length).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	}, []string{"route"})
-	// WebsocketSessions is the number of open console websockets.
-	WebsocketSessions = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "websocket_sessions",
-		Help: "Open server websockets.",
-	})
-	// SFTPSessions is the number of open SFTP sessions; the SFTP server
-	// sets it (Inc on a session's start, Dec at its end).
-	SFTPSessions = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "sftp_sessions",
-		Help: "Open SFTP sessions.",
-	})
 	jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "jobs_total",
 		Help: "Backups, restores and transfers by kind and result.",
@@ -132,10 +121,15 @@ type ServerSample struct {
 // States are the values of the state label of wharf_server_state.
 var States = []string{"offline", "starting", "running", "stopping"}
 
-// Sources are what the registry reads at scrape time.
+// Sources are what the registry reads at scrape time. The session counts
+// are asked of their owners (the websocket hub, the SFTP server) at every
+// scrape, so they are right however long a session outlives the request
+// that opened it; a nil source reports 0.
 type Sources struct {
-	Servers         func() []ServerSample
-	ActivityPending func() int64 // bytes waiting in the activity queue
+	Servers           func() []ServerSample
+	ActivityPending   func() int64 // bytes waiting in the activity queue
+	WebsocketSessions func() int   // server websockets open now
+	SFTPSessions      func() int   // SFTP sessions open now
 }
 
 // NewRegistry returns a registry with the Go runtime and process
@@ -145,8 +139,10 @@ func NewRegistry(src Sources) *prometheus.Registry {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		APIRequests, APIDuration, WebsocketSessions, SFTPSessions,
+		APIRequests, APIDuration,
 		jobs, jobBytes, jobDuration, panelErrors,
+		liveGauge("websocket_sessions", "Open server websockets.", src.WebsocketSessions),
+		liveGauge("sftp_sessions", "Open SFTP sessions.", src.SFTPSessions),
 	)
 	if src.ActivityPending != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -158,6 +154,16 @@ func NewRegistry(src Sources) *prometheus.Registry {
 		reg.MustRegister(&serverCollector{samples: src.Servers})
 	}
 	return reg
+}
+
+// liveGauge reports count at scrape time (0 when count is nil).
+func liveGauge(name, help string, count func() int) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, func() float64 {
+		if count == nil {
+			return 0
+		}
+		return float64(count())
+	})
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,11 +30,17 @@ func scrape(t *testing.T, url, token string) (int, string) {
 func TestHandlerNeedsTheToken(t *testing.T) {
 	const tok = "scrape-token-0123456789"
 	token := tok
+	var wsOpen, sftpOpen atomic.Int64
+	wsOpen.Store(3)
+	sftpOpen.Store(2)
 	reg := NewRegistry(Sources{
 		Servers: func() []ServerSample {
 			return []ServerSample{{UUID: "s1", State: "running", CPUPercent: 12.5, MemoryBytes: 100, MemoryLimitBytes: 200, RxBytes: 3, TxBytes: 4, DiskBytes: 5, Uptime: 90 * time.Second}}
 		},
 		ActivityPending: func() int64 { return 42 },
+		// Read at every scrape: the owners' live counts.
+		WebsocketSessions: func() int { return int(wsOpen.Load()) },
+		SFTPSessions:      func() int { return int(sftpOpen.Load()) },
 	})
 	srv := httptest.NewServer(Handler(reg, func() string { return token }, slog.New(slog.DiscardHandler)))
 	defer srv.Close()
@@ -65,12 +72,18 @@ func TestHandlerNeedsTheToken(t *testing.T) {
 		`wharf_jobs_total{kind="restore",result="failure"}`,
 		`wharf_panel_call_errors_total{reason="5xx"}`,
 		`wharf_panel_call_errors_total{reason="transport"}`,
-		`wharf_sftp_sessions 0`,
+		`wharf_sftp_sessions 2`,
+		`wharf_websocket_sessions 3`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("scrape lacks %s:\n%s", want, body)
 		}
+	}
+	wsOpen.Store(0)
+	sftpOpen.Store(1)
+	if _, body := scrape(t, srv.URL, tok); !strings.Contains(body, "wharf_sftp_sessions 1\n") || !strings.Contains(body, "wharf_websocket_sessions 0\n") {
+		t.Fatalf("the session gauges are not read at scrape time:\n%s", body)
 	}
 	// No token configured: nobody gets in.
 	token = ""

@@ -780,3 +780,70 @@ func TestOpenEntryNeverBlocksOnAFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A FIFO opened for writing (with or without a reader at the other end,
+// truncating or not) answers ErrNotRegular at once: nothing waits for a
+// reader and nothing is written into the pipe.
+func TestOpenFileForWritingRefusesAFIFO(t *testing.T) {
+	fx := newFixture(t)
+	p := filepath.Join(fx.root, "pipe")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, reader := range []bool{false, true} {
+		if reader {
+			r, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+		}
+		for _, flag := range []int{os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_CREATE | os.O_TRUNC, os.O_WRONLY | os.O_APPEND} {
+			done := make(chan error, 1)
+			go func() {
+				f, err := fx.fs.OpenFile("pipe", flag, 0)
+				if err == nil {
+					_ = f.Close()
+				}
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ErrNotRegular) {
+					t.Fatalf("open flag %#x (reader %v): %v, want ErrNotRegular", flag, reader, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("open flag %#x (reader %v) blocked on a FIFO", flag, reader)
+			}
+		}
+	}
+}
+
+// ReadFile of a FIFO whose writer stays silent (a game holding it open)
+// answers ErrNotRegular at once instead of waiting for bytes.
+func TestReadFileRefusesAFIFO(t *testing.T) {
+	fx := newFixture(t)
+	p := filepath.Join(fx.root, "pipe")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// O_RDWR: a writer that never writes, opened without waiting for a reader.
+	w, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := fx.fs.ReadFile("pipe", 1<<20)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("ReadFile of a FIFO: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadFile blocked on a FIFO")
+	}
+}

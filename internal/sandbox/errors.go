@@ -70,6 +70,11 @@ var (
 	// ErrInvalid: an operation that is not allowed on this name (removing or
 	// renaming the root itself, for example). errors.Is(err, fs.ErrInvalid) is true too.
 	ErrInvalid error = &sentinel{msg: "invalid operation on this path", also: fs.ErrInvalid}
+	// ErrNotRegular: a write open named a FIFO, socket or device (what a
+	// game process can make in its directory), refused rather than opened
+	// for writing.
+	ErrNotRegular error = &sentinel{msg: "not a regular file",
+		user: usererr.New(usererr.Invalid, "Cannot perform that action: not a regular file.")}
 	// ErrClosed: the FS was closed. errors.Is(err, fs.ErrClosed) is true too.
 	ErrClosed error = &sentinel{msg: "sandbox is closed", also: fs.ErrClosed}
 )

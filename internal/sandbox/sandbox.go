@@ -260,6 +260,14 @@ func (f *FS) ReadFile(name string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer file.Close()
+	// A FIFO whose writer stays silent would hold the read: regular files only.
+	if fi, err := file.Stat(); err != nil {
+		return nil, err
+	} else if fi.IsDir() {
+		return nil, newErr("read", file.rel, ErrIsDir)
+	} else if !fi.Mode().IsRegular() {
+		return nil, newErr("read", file.rel, ErrNotRegular)
+	}
 	var r io.Reader = file
 	if limit > 0 {
 		r = io.LimitReader(file, limit+1)
@@ -366,7 +374,11 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		perm = 0o644
 	}
 	perm &= fs.ModePerm
-	base := flag &^ (os.O_CREATE | os.O_EXCL | os.O_TRUNC)
+	// O_NONBLOCK: a FIFO must not hold the open until a reader comes (with
+	// none, the kernel answers ENXIO); whatever is not a regular file is
+	// refused once open, before anything is truncated or written. On a
+	// regular file the flag changes nothing.
+	base := flag&^(os.O_CREATE|os.O_EXCL|os.O_TRUNC) | syscall.O_NONBLOCK
 	var file *os.File
 	created := false
 	if flag&os.O_CREATE != 0 {
@@ -378,6 +390,9 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		}
 	} else {
 		file, err = f.s.root.OpenFile(rel, base, 0)
+	}
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, newErr(op, rel, ErrNotRegular)
 	}
 	if err != nil {
 		return nil, wrap(op, rel, err)
@@ -397,6 +412,10 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	if fi.IsDir() {
 		_ = file.Close()
 		return nil, newErr(op, rel, ErrIsDir)
+	}
+	if !fi.Mode().IsRegular() {
+		_ = file.Close()
+		return nil, newErr(op, rel, ErrNotRegular)
 	}
 	size := fi.Size()
 	if created {

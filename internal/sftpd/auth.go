@@ -116,7 +116,8 @@ func (s *Server) newSession(sconn *ssh.ServerConn) (*session, error) {
 	return &session{
 		conn: sconn, srv: srv, user: ext[extUser], ip: hostOf(sconn.RemoteAddr().String()),
 		perms: perms, readOnly: s.opts.Config().ReadOnly, activity: s.opts.Activity, now: s.opts.Now,
-		log: s.log.With("server", srv.UUID(), "user", ext[extUser]),
+		log:        s.log.With("server", srv.UUID(), "user", ext[extUser]),
+		maxHandles: int64(s.config().MaxHandles),
 	}, nil
 }
 

@@ -1,6 +1,7 @@
 package sftpd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -41,6 +43,10 @@ type session struct {
 	now      func() time.Time
 	log      *slog.Logger
 	once     sync.Once
+	// handles counts the open files and directory listings of all of the
+	// connection's SFTP channels, against maxHandles (takeHandle).
+	handles    atomic.Int64
+	maxHandles int64
 }
 
 // User is the panel's user UUID (server.Session).
@@ -120,19 +126,27 @@ func (h *handlers) Fileread(r *sftp.Request) (_ io.ReaderAt, err error) {
 	if err := h.sess.allowRead(permReadContent); err != nil {
 		return nil, err
 	}
-	// A FIFO or device would block or misbehave on open: regular files only.
-	fi, err := h.files().Stat(r.Filepath)
+	release, err := h.sess.takeHandle()
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, errNotRegular
-	}
+	// The sandbox opens with O_NONBLOCK (a FIFO never waits for a writer);
+	// what it opened is then checked: regular files only.
 	f, err := h.files().Open(r.Filepath)
 	if err != nil {
+		release()
 		return nil, toStatus(err)
 	}
-	return &reader{f: f}, nil
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+	}
+	if err != nil {
+		_ = f.Close()
+		release()
+		return nil, toStatus(err)
+	}
+	return &reader{f: f, release: release}, nil
 }
 
 // Filewrite opens a file for upload.
@@ -158,6 +172,10 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	if err := h.sess.allowWrite(perm); err != nil {
 		return nil, err
 	}
+	release, err := h.sess.takeHandle()
+	if err != nil {
+		return nil, err
+	}
 	flags := r.Pflags()
 	oflag := os.O_WRONLY
 	if read {
@@ -175,24 +193,40 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	// Never O_APPEND: writes come with their offset (WriteAt).
 	f, err := fsys.OpenFile(r.Filepath, oflag, 0o644)
 	if err != nil {
-		return nil, toStatus(err)
+		release()
+		return nil, openStatus(err)
 	}
 	h.sess.record(event, r.Filepath)
 	// Clients open uploads read-write (pkg/sftp's Create does): the handle
 	// is given, but reading it needs file.read-content.
-	return &writer{f: f, srv: h.sess.srv, canRead: read && h.sess.can(permReadContent)}, nil
+	return &writer{f: f, srv: h.sess.srv, canRead: read && h.sess.can(permReadContent), release: release}, nil
+}
+
+// openStatus is toStatus for opens, which may meet a FIFO, socket or
+// device: those are refused as not regular files.
+func openStatus(err error) error {
+	if errors.Is(err, sandbox.ErrNotRegular) {
+		return errNotRegular
+	}
+	return toStatus(err)
 }
 
 // reader is a download handle. ReadAt is safe for concurrent use, so
 // pkg/sftp's workers read in parallel.
-type reader struct{ f *sandbox.File }
+type reader struct {
+	f       *sandbox.File
+	release func() // the session's handle
+}
 
 func (r *reader) ReadAt(p []byte, off int64) (int, error) {
 	n, err := r.f.ReadAt(p, off)
 	return n, toStatus(err)
 }
 
-func (r *reader) Close() error { return toStatus(r.f.Close()) }
+func (r *reader) Close() error {
+	defer r.release()
+	return toStatus(r.f.Close())
+}
 
 // writer is an upload handle. Every write goes through the sandbox File,
 // which counts it against the disk limit before writing (Quota Exceeded
@@ -204,6 +238,7 @@ type writer struct {
 	f       *sandbox.File
 	srv     *server.Server
 	canRead bool
+	release func() // the session's handle
 }
 
 func (w *writer) WriteAt(p []byte, off int64) (int, error) {
@@ -227,6 +262,7 @@ func (w *writer) ReadAt(p []byte, off int64) (int, error) {
 func (w *writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.release()
 	return toStatus(w.f.Close())
 }
 
@@ -272,9 +308,14 @@ func (h *handlers) setstat(r *sftp.Request) error {
 		if fi.IsDir() {
 			return errIsDir
 		}
+		// A FIFO would not even be opened (the sandbox refuses it without
+		// waiting); refusing it here says so without trying.
+		if !fi.Mode().IsRegular() {
+			return errNotRegular
+		}
 		f, err := fsys.OpenFile(r.Filepath, os.O_WRONLY, 0)
 		if err != nil {
-			return toStatus(err)
+			return openStatus(err)
 		}
 		err = f.Truncate(int64(attrs.Size))
 		if cerr := f.Close(); err == nil {
@@ -470,16 +511,22 @@ func (h *handlers) Filelist(r *sftp.Request) (_ sftp.ListerAt, err error) {
 	}
 	switch r.Method {
 	case "List":
+		release, err := h.sess.takeHandle()
+		if err != nil {
+			return nil, err
+		}
 		d, err := h.files().Open(r.Filepath)
 		if err != nil {
+			release()
 			return nil, toStatus(err)
 		}
 		fi, err := d.Stat()
 		if err != nil || !fi.IsDir() {
 			_ = d.Close()
+			release()
 			return nil, errNotDir
 		}
-		return &dirLister{f: d}, nil
+		return &dirLister{f: d, release: release}, nil
 	case "Stat":
 		fi, err := h.files().Stat(r.Filepath)
 		if err != nil {
@@ -531,10 +578,11 @@ func (l listOf) ListAt(buf []os.FileInfo, off int64) (int, error) {
 // never sits in memory. Entries come from the open directory's descriptor
 // (their lstat data is taken relative to it).
 type dirLister struct {
-	mu  sync.Mutex
-	f   *sandbox.File
-	pos int64
-	eof bool
+	mu      sync.Mutex
+	f       *sandbox.File
+	pos     int64
+	eof     bool
+	release func() // the session's handle
 }
 
 func (l *dirLister) ListAt(buf []os.FileInfo, off int64) (int, error) {
@@ -568,7 +616,10 @@ func (l *dirLister) ListAt(buf []os.FileInfo, off int64) (int, error) {
 	return n, nil
 }
 
-func (l *dirLister) Close() error { return toStatus(l.f.Close()) }
+func (l *dirLister) Close() error {
+	defer l.release()
+	return toStatus(l.f.Close())
+}
 
 var (
 	_ sftp.OpenFileWriter     = (*handlers)(nil)

@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pkg/sftp"
@@ -61,9 +62,6 @@ type Options struct {
 }
 
 const (
-	// handshakeTimeout bounds the SSH handshake and authentication, so a
-	// client that connects and says nothing does not hold a goroutine.
-	handshakeTimeout = 60 * time.Second
 	// authTimeout bounds one panel call during a login.
 	authTimeout   = 15 * time.Second
 	maxRetryDelay = 30 * time.Second
@@ -71,9 +69,14 @@ const (
 
 // Server is the SFTP server of the node.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	limiter *loginLimiter
+	opts      Options
+	log       *slog.Logger
+	limiter   *loginLimiter
+	startups  *startupGate
+	perServer *serverConns
+	sessions  atomic.Int64 // authenticated connections open now
+	// defaults stand in for limits a caller's configuration left at zero.
+	defaults config.SFTP
 }
 
 // New returns a server; Run serves it.
@@ -84,7 +87,33 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{opts: opts, log: opts.Log.With("component", "sftp"), limiter: newLoginLimiter(opts.Now)}
+	return &Server{
+		opts: opts, log: opts.Log.With("component", "sftp"),
+		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
+		defaults: config.Defaults().System.SFTP,
+	}
+}
+
+// Sessions is the number of SFTP sessions (authenticated connections)
+// open now, for the metrics.
+func (s *Server) Sessions() int { return int(s.sessions.Load()) }
+
+// config is the current system.sftp with every limit at least 1 (a zero
+// from a caller that left it out takes the default).
+func (s *Server) config() config.SFTP {
+	c, d := s.opts.Config(), s.defaults
+	atLeastOne := func(v *int, def int) {
+		if *v < 1 {
+			*v = def
+		}
+	}
+	atLeastOne(&c.MaxHandles, d.MaxHandles)
+	atLeastOne(&c.MaxSessions, d.MaxSessions)
+	atLeastOne(&c.MaxConnectionsPerServer, d.MaxConnectionsPerServer)
+	atLeastOne(&c.MaxStartups, d.MaxStartups)
+	atLeastOne(&c.MaxStartupsPerSource, d.MaxStartupsPerSource)
+	atLeastOne(&c.LoginGraceTime, d.LoginGraceTime)
+	return c
 }
 
 // Run listens and serves until ctx ends, then closes every open session
@@ -153,15 +182,25 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, signer ssh.Signer) 
 			}
 			continue
 		}
-		wg.Go(func() { s.handleConn(ctx, nc, signer) })
+		// Counted from accept until the login: beyond the caps the
+		// connection is closed before anything is sent.
+		c := s.config()
+		p := s.startups.admit(nc, c.MaxStartups, c.MaxStartupsPerSource)
+		if p == nil {
+			s.log.Debug("SFTP connection refused: too many unauthenticated connections", "remote", nc.RemoteAddr().String())
+			_ = nc.Close()
+			continue
+		}
+		wg.Go(func() { s.handleConn(ctx, nc, p, signer, c) })
 	}
 }
 
 // handleConn runs one SSH connection: handshake and login, then its
 // session channels. The recover is the last resort for a bug reachable by
 // a client (attacks.md D5): one connection fails, the daemon stays.
-func (s *Server) handleConn(ctx context.Context, nc net.Conn, signer ssh.Signer) {
+func (s *Server) handleConn(ctx context.Context, nc net.Conn, p *pending, signer ssh.Signer, c config.SFTP) {
 	defer nc.Close()
+	defer s.startups.release(p)
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("SFTP connection panicked; closed", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
@@ -170,12 +209,16 @@ func (s *Server) handleConn(ctx context.Context, nc net.Conn, signer ssh.Signer)
 	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
 	defer stop()
 
-	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	// The login grace time: a client that connects and says nothing, or
+	// never logs in, is closed when it passes.
+	_ = nc.SetDeadline(time.Now().Add(time.Duration(c.LoginGraceTime) * time.Second))
 	sconn, chans, reqs, err := ssh.NewServerConn(nc, s.serverConfig(signer))
 	if err != nil {
 		s.log.Debug("SFTP handshake failed", "remote", nc.RemoteAddr().String(), "error", err)
 		return
 	}
+	// Logged in: no longer pending, no longer timed.
+	s.startups.release(p)
 	_ = nc.SetDeadline(time.Time{})
 
 	var wg sync.WaitGroup
@@ -188,21 +231,38 @@ func (s *Server) handleConn(ctx context.Context, nc net.Conn, signer ssh.Signer)
 		s.log.Warn("SFTP session refused after login", "user", sconn.User(), "error", err)
 		return
 	}
+	if !s.perServer.take(sess.srv.UUID(), c.MaxConnectionsPerServer) {
+		s.log.Warn("SFTP session refused: too many connections to this server", "server", sess.srv.UUID(), "user", sess.user, "ip", sess.ip, "limit", c.MaxConnectionsPerServer)
+		refuseChannels(nc, chans, time.Duration(c.LoginGraceTime)*time.Second, "too many SFTP connections to this server")
+		return
+	}
+	defer s.perServer.release(sess.srv.UUID())
 	remove := sess.srv.AddSession(sess)
 	defer remove()
+	s.sessions.Add(1)
+	defer s.sessions.Add(-1)
 	s.log.Info("SFTP session opened", "server", sess.srv.UUID(), "user", sess.user, "ip", sess.ip)
 	defer s.log.Debug("SFTP session closed", "server", sess.srv.UUID(), "user", sess.user, "ip", sess.ip)
 
+	var open atomic.Int64
 	for nch := range chans {
 		if nch.ChannelType() != "session" {
 			_ = nch.Reject(ssh.UnknownChannelType, "only session channels are served")
+			continue
+		}
+		if open.Load() >= int64(c.MaxSessions) {
+			_ = nch.Reject(ssh.ResourceShortage, "too many sessions on this connection")
 			continue
 		}
 		ch, creqs, err := nch.Accept()
 		if err != nil {
 			continue
 		}
-		wg.Go(func() { s.serveChannel(sess, ch, creqs) })
+		open.Add(1)
+		wg.Go(func() {
+			defer open.Add(-1)
+			s.serveChannel(sess, ch, creqs)
+		})
 	}
 }
 

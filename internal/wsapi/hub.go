@@ -166,6 +166,14 @@ func (h *Hub) Count(serverUUID string) int {
 	return h.perServer[serverUUID]
 }
 
+// Sessions is the number of websocket sessions open now (upgraded and
+// not yet ended, on every server), for the metrics.
+func (h *Hub) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}
+
 // Serve runs one websocket session until it ends. When ctx ends, the
 // socket is closed with 1012 (service restart).
 func (h *Hub) Serve(ctx context.Context, sock *Socket, srv Server, ip string) {
