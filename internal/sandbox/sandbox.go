@@ -554,27 +554,7 @@ func (f *FS) mkdirAll(rel string, perm fs.FileMode) error {
 		perm = 0o755
 	}
 	perm &= fs.ModePerm
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		err := f.s.root.Mkdir(p, perm)
-		if err == nil {
-			_ = f.s.root.Chmod(p, perm)
-			f.s.chown(p)
-			continue
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return wrap(op, rel, err)
-		}
-		fi, err := f.s.root.Stat(p)
-		if err != nil {
-			return wrap(op, rel, err)
-		}
-		if !fi.IsDir() {
-			return newErr(op, rel, ErrNotDir)
-		}
-	}
-	return nil
+	return wrap(op, rel, f.s.mkdirDown(rel, perm))
 }
 
 // Rename moves oldname to newname, creating newname's missing parent

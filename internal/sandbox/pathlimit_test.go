@@ -1,0 +1,160 @@
+package sandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// deepName is n components "d/d/…" followed by last.
+func deepName(n int, last string) string {
+	return strings.Repeat("d/", n) + last
+}
+
+func TestCleanRefusesNamesBeyondTheLimits(t *testing.T) {
+	cases := []struct {
+		name string
+		kind error
+		msg  string
+	}{
+		{deepName(4000, "f.txt"), ErrPathTooLong, "4096 bytes"},
+		{strings.Repeat("a", MaxPathLen+1), ErrPathTooLong, "4096 bytes"},
+		{deepName(MaxPathDepth, "f"), ErrPathTooDeep, "256 directories"},
+		{strings.Repeat("x", MaxNameLen+1), ErrNameTooLong, "255 bytes"},
+		{"dir/" + strings.Repeat("x", 300) + "/f", ErrNameTooLong, "255 bytes"},
+	}
+	for _, c := range cases {
+		_, err := clean("mkdir", c.name)
+		if !errors.Is(err, c.kind) || !IsPathLimit(err) {
+			t.Errorf("clean(%.40q…) = %v, want %v", c.name, err, c.kind)
+			continue
+		}
+		ue, ok := usererr.From(err)
+		if !ok || ue.Kind != usererr.Invalid || !strings.Contains(ue.Message, c.msg) {
+			t.Errorf("clean(%.40q…): user error %v, want a 400 naming %q", c.name, ue, c.msg)
+		}
+		if len(err.Error()) > 200 {
+			t.Errorf("the error repeats the whole name: %d bytes", len(err.Error()))
+		}
+	}
+}
+
+func TestCleanAcceptsNamesAtTheLimits(t *testing.T) {
+	ok := []string{
+		deepName(MaxPathDepth-1, "f"),
+		strings.Repeat("x", MaxNameLen),
+		"/" + strings.Repeat("a/../", 600) + "f", // long input, shallow result
+	}
+	for _, n := range ok {
+		if _, err := clean("mkdir", n); err != nil && len(n) <= MaxPathLen {
+			t.Errorf("clean(%.40q…) = %v", n, err)
+		}
+	}
+}
+
+// TestMkdirAllAtTheDepthLimit: 256 components are created; 257 are refused
+// before anything is created.
+func TestMkdirAllAtTheDepthLimit(t *testing.T) {
+	fx := newFixture(t)
+	if err := fx.fs.MkdirAll(deepName(MaxPathDepth-1, "last"), 0); err != nil {
+		t.Fatalf("256 components: %v", err)
+	}
+	host := filepath.Join(fx.root, filepath.FromSlash(deepName(MaxPathDepth-1, "last")))
+	if fi, err := os.Stat(host); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the deepest directory: %v %v", fi, err)
+	}
+	err := fx.fs.MkdirAll("e/"+deepName(MaxPathDepth-1, "last"), 0)
+	if !errors.Is(err, ErrPathTooDeep) {
+		t.Fatalf("257 components: %v, want ErrPathTooDeep", err)
+	}
+	if _, err := os.Lstat(filepath.Join(fx.root, "e")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused name created something: %v", err)
+	}
+}
+
+// TestMkdirAllFollowsInRootLinksOnly: the descriptor walk accepts in-root
+// links to directories and refuses a link out of the root and a file on
+// the way, as the per-prefix walk through the root did.
+func TestMkdirAllFollowsInRootLinksOnly(t *testing.T) {
+	fx := newFixture(t)
+	if err := fx.fs.MkdirAll("goodlink/a/b", 0); err != nil {
+		t.Fatalf("through an in-root link: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(fx.root, "inside", "a", "b")); err != nil {
+		t.Fatalf("not created through the link: %v", err)
+	}
+	for _, n := range []string{"dirlink/x", "reldirlink/x/y", "loop1/x"} {
+		if err := fx.fs.MkdirAll(n, 0); !errors.Is(err, ErrOutsideRoot) {
+			t.Errorf("MkdirAll(%s) = %v, want ErrOutsideRoot", n, err)
+		}
+	}
+	for _, n := range []string{"top.txt/x", "top.txt", "goodfilelink/x"} {
+		if err := fx.fs.MkdirAll(n, 0); !errors.Is(err, ErrNotDir) {
+			t.Errorf("MkdirAll(%s) = %v, want ErrNotDir", n, err)
+		}
+	}
+	entries, err := os.ReadDir(fx.outside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "sub" && e.Name() != "secret.txt" {
+			t.Errorf("created outside the root: %s", e.Name())
+		}
+	}
+}
+
+// TestNameTooLongFromTheKernelIsABadRequest: an over-long name that reaches
+// the kernel anyway (ENAMETOOLONG) is ErrNameTooLong, a 400, not a 500.
+func TestNameTooLongFromTheKernelIsABadRequest(t *testing.T) {
+	err := wrap("open", "x", &os.PathError{Op: "openat", Path: "x", Err: syscall.ENAMETOOLONG})
+	if !errors.Is(err, ErrNameTooLong) {
+		t.Fatalf("wrap(ENAMETOOLONG) = %v", err)
+	}
+	if ue, ok := usererr.From(err); !ok || ue.Kind != usererr.Invalid {
+		t.Fatalf("not a 400: %v", err)
+	}
+	if !errors.Is(err, unix.ENAMETOOLONG) {
+		t.Fatal("the errno is lost")
+	}
+}
+
+func BenchmarkMkdirAllDepth(b *testing.B) {
+	for _, depth := range []int{64, 128, 255} {
+		b.Run("depth="+strconv.Itoa(depth), func(b *testing.B) {
+			fx := newFixture(b)
+			for i := 0; b.Loop(); i++ {
+				if err := fx.fs.MkdirAll(strconv.Itoa(i)+"/"+deepName(depth-1, "f"), 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMkdirAllExisting: MkdirAll of a tree that exists, so that only
+// the lookups are measured (linear in the depth, not quadratic).
+func BenchmarkMkdirAllExisting(b *testing.B) {
+	for _, depth := range []int{64, 128, 256} {
+		b.Run("depth="+strconv.Itoa(depth), func(b *testing.B) {
+			fx := newFixture(b)
+			name := deepName(depth-1, "f")
+			if err := fx.fs.MkdirAll(name, 0); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if err := fx.fs.MkdirAll(name, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
