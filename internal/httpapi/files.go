@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"path"
 
@@ -81,7 +82,9 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 		Location string `json:"location"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		_, err := fm.Copy(req.Location)
+		ctx, cancel := s.WorkContext(r.Context())
+		defer cancel()
+		_, err := fm.Copy(ctx, req.Location)
 		return err
 	})
 }
@@ -95,7 +98,11 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	if err := s.CheckFileWrites(); err != nil {
 		return err
 	}
-	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), r.Body, r.ContentLength); err != nil {
+	// The body stops being stored when the server is deleted mid-upload.
+	ctx, cancel := s.WorkContext(r.Context())
+	defer cancel()
+	body := archive.ReaderWithContext(ctx, r.Body)
+	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -118,7 +125,9 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Files []string `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.Delete(r.Context(), req.Root, req.Files)
+		ctx, cancel := s.WorkContext(r.Context())
+		defer cancel()
+		return fm.Delete(ctx, req.Root, req.Files)
 	})
 }
 
@@ -134,25 +143,33 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 
 // fileJob reads a file job's (compress, decompress, pull) JSON body into
 // req and takes the server's job slot for it: refused while an exclusive
-// job runs, and while the server's files may not be changed.
-func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (end func(), err error) {
+// job runs, and while the server's files may not be changed. ctx is the
+// job's context: it ends when the client goes away and when the server is
+// deleted (the daemon stopping cancels requests after the grace period).
+// end releases both.
+func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (ctx context.Context, end func(), err error) {
 	if err := readJSON(w, r, req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.CheckFileWrites(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.BeginJob(server.JobFiles)
+	release, err := s.BeginJob(server.JobFiles)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := s.WorkContext(r.Context())
+	return ctx, func() { cancel(); release() }, nil
 }
 
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	end, err := fileJob(w, r, s, &req)
+	ctx, end, err := fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
 	defer end()
-	st, err := a.fileManager(s).Compress(r.Context(), req)
+	st, err := a.fileManager(s).Compress(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -165,12 +182,12 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	end, err := fileJob(w, r, s, &req)
+	ctx, end, err := fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
 	defer end()
-	res, err := a.fileManager(s).Decompress(r.Context(), req.Root, req.File)
+	res, err := a.fileManager(s).Decompress(ctx, req.Root, req.File)
 	if err != nil {
 		return err
 	}
@@ -184,7 +201,9 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 // getSearch is Pelican's recursive name search.
 func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	q := r.URL.Query()
-	out, err := a.fileManager(s).Search(r.Context(), q.Get("directory"), q.Get("pattern"))
+	ctx, cancel := s.WorkContext(r.Context())
+	defer cancel()
+	out, err := a.fileManager(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
 	if err != nil {
 		return err
 	}

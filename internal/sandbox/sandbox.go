@@ -804,7 +804,11 @@ func (f *FS) Symlink(target, name string) error {
 // the caller chooses the name of the copy. The copy has src's permission
 // bits and the configured owner, counts against the disk limit while it is
 // written, and appears whole or not at all.
-func (f *FS) Copy(src, dst string) error {
+func (f *FS) Copy(src, dst string) error { return f.CopyContext(context.Background(), src, dst) }
+
+// CopyContext is Copy that stops (removing the partial copy) with ctx.Err()
+// when ctx ends, checked before every chunk.
+func (f *FS) CopyContext(ctx context.Context, src, dst string) error {
 	const op = "copy"
 	dstRel, err := clean(op, dst)
 	if err != nil {
@@ -831,7 +835,7 @@ func (f *FS) Copy(src, dst string) error {
 	if err := f.HasSpaceFor(fi.Size()); err != nil {
 		return newErr(op, dstRel, ErrNoSpace)
 	}
-	return f.writeAtomic(op, dstRel, in, fi.Mode().Perm(), false)
+	return f.writeAtomic(op, dstRel, ctxReader{ctx, in}, fi.Mode().Perm(), false)
 }
 
 // ---- disk usage ----
