@@ -200,6 +200,7 @@ func Run(ctx context.Context, opts Options) error {
 		Version: opts.Version, BootTime: opts.BootTime,
 		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
+		Stopping:        ctx,
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)
 }

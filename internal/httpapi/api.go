@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -46,6 +47,9 @@ type Deps struct {
 	Pulls *pull.Service
 	// OnConfigApplied runs after POST /api/update applied a new configuration.
 	OnConfigApplied func(old, next *config.Config)
+	// Stopping ends when the daemon begins to shut down: long file work
+	// (compress, decompress, search, copy) ends then. nil: never.
+	Stopping context.Context
 }
 
 // API serves the HTTP interface.

@@ -82,7 +82,7 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 		Location string `json:"location"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		ctx, cancel := s.WorkContext(r.Context())
+		ctx, cancel := a.workContext(r, s)
 		defer cancel()
 		_, err := fm.Copy(ctx, req.Location)
 		return err
@@ -98,7 +98,8 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	if err := s.CheckFileWrites(); err != nil {
 		return err
 	}
-	// The body stops being stored when the server is deleted mid-upload.
+	// The body stops being stored when the server is deleted mid-upload;
+	// an upload still gets the shutdown grace period to finish.
 	ctx, cancel := s.WorkContext(r.Context())
 	defer cancel()
 	body := archive.ReaderWithContext(ctx, r.Body)
@@ -125,7 +126,7 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Files []string `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		ctx, cancel := s.WorkContext(r.Context())
+		ctx, cancel := a.workContext(r, s)
 		defer cancel()
 		return fm.Delete(ctx, req.Root, req.Files)
 	})
@@ -144,10 +145,8 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 // fileJob reads a file job's (compress, decompress, pull) JSON body into
 // req and takes the server's job slot for it: refused while an exclusive
 // job runs, and while the server's files may not be changed. ctx is the
-// job's context: it ends when the client goes away and when the server is
-// deleted (the daemon stopping cancels requests after the grace period).
-// end releases both.
-func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (ctx context.Context, end func(), err error) {
+// job's context (workContext). end releases both.
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (ctx context.Context, end func(), err error) {
 	if err := readJSON(w, r, req); err != nil {
 		return nil, nil, err
 	}
@@ -158,13 +157,30 @@ func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) 
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := s.WorkContext(r.Context())
+	ctx, cancel := a.workContext(r, s)
 	return ctx, func() { cancel(); release() }, nil
+}
+
+// workContext is the context of long work on s's files for the request r
+// (compress, decompress, search, copy, delete, write): it ends when the
+// client goes away, when the server is deleted, and as soon as the daemon
+// begins to stop (not after the shutdown grace period), so that none of
+// that work outlives its caller.
+func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, context.CancelFunc) {
+	ctx, cancel := s.WorkContext(r.Context())
+	if a.Stopping == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(a.Stopping, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	ctx, end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
@@ -182,7 +198,7 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	ctx, end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
@@ -201,7 +217,7 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 // getSearch is Pelican's recursive name search.
 func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	q := r.URL.Query()
-	ctx, cancel := s.WorkContext(r.Context())
+	ctx, cancel := a.workContext(r, s)
 	defer cancel()
 	out, err := a.fileManager(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
 	if err != nil {

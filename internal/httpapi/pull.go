@@ -30,7 +30,7 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return err
 	}
 	var req pull.Request
-	ctx, end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
