@@ -8,6 +8,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/files"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // fileManager is the file manager of s with the node's settings.
@@ -85,7 +86,7 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 		ctx, cancel := a.workContext(r, s)
 		defer cancel()
 		_, err := fm.Copy(ctx, req.Location)
-		return err
+		return workErr(ctx, err)
 	})
 }
 
@@ -128,7 +129,7 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
 		ctx, cancel := a.workContext(r, s)
 		defer cancel()
-		return fm.Delete(ctx, req.Root, req.Files)
+		return workErr(ctx, fm.Delete(ctx, req.Root, req.Files))
 	})
 }
 
@@ -161,6 +162,21 @@ func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, 
 	return ctx, func() { cancel(); release() }, nil
 }
 
+// workErr is the error of work whose context ended: the reason it ended
+// when the user may know it (the server was deleted: a 409 that says so)
+// rather than a bare "context canceled" answered as a 500.
+func workErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		if _, ok := usererr.From(cause); ok {
+			return cause
+		}
+	}
+	return err
+}
+
 // workContext is the context of long work on s's files for the request r
 // (compress, decompress, search, copy, delete, write): it ends when the
 // client goes away, when the server is deleted, and as soon as the daemon
@@ -187,7 +203,7 @@ func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Ser
 	defer end()
 	st, err := a.fileManager(s).Compress(ctx, req)
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil
@@ -205,7 +221,7 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 	defer end()
 	res, err := a.fileManager(s).Decompress(ctx, req.Root, req.File)
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	if res.Skipped > 0 {
 		a.Log.Info("decompress skipped entries", "server", s.UUID(), "file", req.File, "skipped", res.Skipped)
@@ -221,7 +237,7 @@ func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server
 	defer cancel()
 	out, err := a.fileManager(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

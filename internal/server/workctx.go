@@ -2,12 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
+
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // ErrServerGone is the cause of a WorkContext ended because the server was
 // deleted or the daemon stopped managing it.
-var ErrServerGone = errors.New("the server was deleted or the daemon is stopping")
+var ErrServerGone = usererr.New(usererr.Conflict, "The server was deleted or its node is stopping: the operation was cancelled.")
 
 // WorkContext returns a context for long work on the server's files done
 // for a caller (compress, decompress, search, copy): it ends when ctx ends
