@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -156,5 +157,29 @@ func BenchmarkMkdirAllExisting(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestCopyContextStopsAndLeavesNothing: a copy whose context has ended
+// stops before its next chunk, with the context's error (not a generic
+// failure), and leaves neither the copy nor its temporary file.
+func TestCopyContextStopsAndLeavesNothing(t *testing.T) {
+	fx := newFixture(t)
+	if err := os.Truncate(filepath.Join(fx.root, "top.txt"), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := fx.fs.CopyContext(ctx, "top.txt", "copy.txt"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("CopyContext after the context ended = %v, want context.Canceled", err)
+	}
+	entries, err := os.ReadDir(fx.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "copy") || strings.Contains(e.Name(), "wharf-tmp") {
+			t.Errorf("left behind: %s", e.Name())
+		}
 	}
 }
