@@ -183,3 +183,65 @@ func TestCopyContextStopsAndLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveWalkAgreesWithResolveInRoot: the descriptor-holding walk finds
+// the name the per-prefix walk finds, for every kind of link (in-root,
+// out, dangling, chains, loops, "..") and for deep names.
+func TestResolveWalkAgreesWithResolveInRoot(t *testing.T) {
+	fx := newFixture(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(fx.root, "config", "sub"), 0o755))
+	must(os.Symlink("config", filepath.Join(fx.root, "cfgdir")))
+	must(os.Symlink("../config/sub", filepath.Join(fx.root, "inside", "tosub")))
+	must(os.Symlink("cfgdir/sub", filepath.Join(fx.root, "twohops")))
+	must(os.Symlink("../../inside/../config", filepath.Join(fx.root, "config", "sub", "back")))
+	must(syscall.Mkfifo(filepath.Join(fx.root, "fifo"), 0o644))
+	deep := deepName(200, "")
+	must(os.MkdirAll(filepath.Join(fx.root, filepath.FromSlash(deep)), 0o755))
+	must(os.Symlink(strings.Repeat("../", 150)+"config", filepath.Join(fx.root, filepath.FromSlash(deep), "up")))
+	names := []string{
+		"top.txt", "inside/file.txt", "inside/new.txt", "missing/new.txt", "missing/a/b/c",
+		"cfgdir/a.yml", "cfgdir/sub/a.yml", "inside/tosub/a.yml", "twohops/a.yml",
+		"config/sub/back/sub/back/x", "goodlink/file.txt", "goodlink/nested/x", "goodfilelink",
+		"dirlink/secret.txt", "reldirlink/secret.txt", "inside/escape/x", "inside/nested/up/x",
+		"loop1/x", "selfloop/x", "dangling", "chain1", "chain1/x", "fifo/x", "top.txt/x", "top.txt",
+		deep + "new/a/b", deep + "up/sub/x", deep + "up", deepName(250, "x"), ".",
+	}
+	for _, n := range names {
+		want, wok := fx.fs.s.resolveInRoot(n)
+		got, ok := fx.fs.s.resolveWalk(n)
+		if ok != wok || got != want {
+			t.Errorf("resolveWalk(%.60q) = %.60q %v, resolveInRoot gives %.60q %v", n, got, ok, want, wok)
+		}
+	}
+}
+
+// BenchmarkResolveDeep: resolving a new name below an existing tree of
+// the given depth (what the denylist check does for a create whose parent
+// is missing), by the descriptor walk and by the per-prefix walk.
+func BenchmarkResolveDeep(b *testing.B) {
+	for _, depth := range []int{64, 128, 255} {
+		fx := newFixture(b)
+		if err := os.MkdirAll(filepath.Join(fx.root, filepath.FromSlash(deepName(depth-1, "e"))), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		name := deepName(depth-1, "e/missing/new.txt")
+		for _, w := range []struct {
+			name string
+			fn   func(string) (string, bool)
+		}{{"walk", fx.fs.s.resolveWalk}, {"per-prefix", fx.fs.s.resolveInRoot}} {
+			b.Run(w.name+"/depth="+strconv.Itoa(depth), func(b *testing.B) {
+				for b.Loop() {
+					if _, ok := w.fn(name); !ok {
+						b.Fatal("not resolved")
+					}
+				}
+			})
+		}
+	}
+}
