@@ -245,3 +245,37 @@ func BenchmarkResolveDeep(b *testing.B) {
 		}
 	}
 }
+
+// FuzzClean: every name either is refused or cleans to a plain downward
+// path within the limits (no leading "/", no "." or ".." or empty
+// component, at most MaxPathDepth components of at most MaxNameLen bytes),
+// and a refused name beyond a limit is a 400 naming it.
+func FuzzClean(f *testing.F) {
+	for _, s := range []string{"", "/", ".", "a/b/../c", "../x", "a\x00b", deepName(300, "f"),
+		strings.Repeat("x", 256), deepName(2100, "f"), "/a//b/./c/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		rel, err := clean("fuzz", name)
+		if err != nil {
+			if IsPathLimit(err) {
+				if ue, ok := usererr.From(err); !ok || ue.Kind != usererr.Invalid {
+					t.Fatalf("a path limit that is not a 400: %v", err)
+				}
+			}
+			return
+		}
+		if rel == "." {
+			return
+		}
+		parts := strings.Split(rel, "/")
+		if len(parts) > MaxPathDepth || len(rel) > MaxPathLen {
+			t.Fatalf("clean(%q) = %q beyond the limits", name, rel)
+		}
+		for _, p := range parts {
+			if p == "" || p == "." || p == ".." || len(p) > MaxNameLen {
+				t.Fatalf("clean(%q) = %q has component %q", name, rel, p)
+			}
+		}
+	})
+}
