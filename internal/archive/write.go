@@ -255,7 +255,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			hdr.Name += "/"
 			res.Dirs++
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := src.Readlink(full)
+			target, err := src.ReadlinkEntry(full, d)
 			if err != nil {
 				return nil
 			}

@@ -240,7 +240,7 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 			_, err := zw.CreateHeader(h)
 			return err
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := m.FS.Readlink(full)
+			target, err := m.FS.ReadlinkEntry(full, d)
 			if err != nil {
 				return nil
 			}

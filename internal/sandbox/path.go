@@ -20,6 +20,15 @@ const (
 	MaxNameLen = 255
 )
 
+// clean is the package's clean for a name given to this view. The names
+// of the trusted view come from the agent's own flows (a restore, a
+// transfer, the egg's configuration files): they are cleaned and confined
+// the same way, but not held to the path limits, so that a tree deeper than
+// MaxPathDepth that the game made, and a backup captured, comes back whole.
+func (f *FS) clean(op, name string) (string, error) {
+	return cleanPath(op, name, !f.trusted)
+}
+
 // clean turns a user-supplied name into a cleaned name relative to the root:
 // "" , "/" and "." are the root itself ("."); a leading "/" means the root;
 // "." components and repeated or trailing slashes are dropped; ".." is
@@ -30,8 +39,15 @@ const (
 // result never starts with "/" and never contains "..", so what reaches
 // os.Root is a plain downward path; symbolic links on it are then resolved
 // by os.Root, which refuses any that lead out of the root.
-func clean(op, name string) (string, error) {
-	if len(name) > MaxPathLen {
+func clean(op, name string) (string, error) { return cleanPath(op, name, true) }
+
+// cleanWalked is clean without the path limits, for a name a walk reported
+// (the walk found it in the tree: refusing it would leave it out of a
+// backup or an archive, not protect anything).
+func cleanWalked(op, name string) (string, error) { return cleanPath(op, name, false) }
+
+func cleanPath(op, name string, limits bool) (string, error) {
+	if limits && len(name) > MaxPathLen {
 		return "", &Error{Op: op, Path: "(name too long)", Kind: ErrPathTooLong}
 	}
 	if strings.IndexByte(name, 0) >= 0 {
@@ -49,13 +65,13 @@ func clean(op, name string) (string, error) {
 			}
 			out = out[:len(out)-1]
 		default:
-			if len(p) > MaxNameLen {
+			if limits && len(p) > MaxNameLen {
 				return "", &Error{Op: op, Path: "(name too long)", Kind: ErrNameTooLong}
 			}
 			out = append(out, p)
 		}
 	}
-	if len(out) > MaxPathDepth {
+	if limits && len(out) > MaxPathDepth {
 		return "", &Error{Op: op, Path: "(path too deep)", Kind: ErrPathTooDeep}
 	}
 	if len(out) == 0 {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -278,4 +280,102 @@ func FuzzClean(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTreesBeyondTheLimitsStillWalk: a tree deeper than MaxPathDepth,
+// which the game can make, is refused by name on the user's view, but
+// every entry a walk reports can still be opened, read, typed and its links
+// read (an archive or a backup of it is whole), and the trusted view
+// (restore, transfer) can recreate it. (Beyond PATH_MAX bytes, a denylist
+// refuses what it cannot name: see checkOpened.)
+func TestTreesBeyondTheLimitsStillWalk(t *testing.T) {
+	for _, c := range []struct {
+		depth int
+		deny  []string
+	}{{300, []string{"*.secret"}}, {2200, nil}} {
+		t.Run(strconv.Itoa(c.depth), func(t *testing.T) { deepTreeWalks(t, c.depth, c.deny) })
+	}
+}
+
+func deepTreeWalks(t *testing.T, depth int, deny []string) {
+	fx := newFixture(t, Options{Denylist: deny})
+	bottom := deepName(depth, "")
+	mkdeep(t, fx.root, depth, func(dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte("bottom"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("f.txt", filepath.Join(dir, "link")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := fx.fs.Stat(bottom + "f.txt"); !IsPathLimit(err) {
+		t.Fatalf("Stat of the deep name on the user's view = %v, want a path limit", err)
+	}
+	var file, link bool
+	err := fx.fs.Walk(".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch rel {
+		case bottom + "f.txt":
+			if fx.fs.DeniedEntry(rel) {
+				t.Errorf("the deep file is taken for denied")
+			}
+			fl, err := fx.fs.OpenEntry(rel, d)
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(fl)
+			fl.Close()
+			head := make([]byte, 16)
+			n, err := fx.fs.ReadHead(rel, d, head)
+			if err != nil || string(b) != "bottom" || string(head[:n]) != "bottom" {
+				t.Errorf("the deep file: %q %q %v", b, head[:n], err)
+			}
+			file = true
+		case bottom + "link":
+			target, err := fx.fs.ReadlinkEntry(rel, d)
+			if err != nil || target != "f.txt" {
+				t.Errorf("the deep link: %q %v", target, err)
+			}
+			link = true
+		}
+		return nil
+	})
+	if err != nil || !file || !link {
+		t.Fatalf("walk: %.200v (file %v, link %v)", err, file, link)
+	}
+	tr := fx.fs.Trusted()
+	if err := tr.MkdirAll("copy/"+bottom, 0); err != nil {
+		t.Fatalf("trusted MkdirAll: %.200v", err)
+	}
+	w, err := tr.OpenFile("copy/"+bottom+"f.txt", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0)
+	if err != nil {
+		t.Fatalf("trusted create: %.200v", err)
+	}
+	w.Close()
+}
+
+// mkdeep makes depth nested "d" directories below root with host calls
+// relative to each level (a host path that long is beyond PATH_MAX), and
+// calls at with the deepest one as a short /proc path.
+func mkdeep(t *testing.T, root string, depth int, at func(dir string)) {
+	t.Helper()
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range depth {
+		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	at("/proc/self/fd/" + strconv.Itoa(fd))
 }

@@ -49,8 +49,8 @@ func (s *state) resolveWalk(rel string) (string, bool) {
 			if hops > 40 {
 				return "", false
 			}
-			target, ok := readlinkat(w.fd, c)
-			if !ok || strings.HasPrefix(target, "/") {
+			target, err := readlinkat(w.fd, c)
+			if err != nil || strings.HasPrefix(target, "/") {
 				return "", false
 			}
 			todo = append(strings.Split(target, "/"), todo...)
@@ -126,16 +126,17 @@ func (w *resolver) down(c string) bool {
 	return true
 }
 
-func readlinkat(dirfd int, name string) (string, bool) {
-	for size := 256; size <= 1<<16; size *= 2 {
+// readlinkat reads the target of the link name in dirfd, whatever its
+// length.
+func readlinkat(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
 		buf := make([]byte, size)
 		n, err := unix.Readlinkat(dirfd, name, buf)
 		if err != nil {
-			return "", false
+			return "", err
 		}
 		if n < size {
-			return string(buf[:n]), true
+			return string(buf[:n]), nil
 		}
 	}
-	return "", false
 }

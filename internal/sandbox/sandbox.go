@@ -140,7 +140,7 @@ func (f *FS) DiskLimit() int64 { return f.s.limit.Load() }
 // denylist (always false on the Trusted view). Archivers use it to skip
 // denied files.
 func (f *FS) Denied(name string) bool {
-	rel, err := clean("check", name)
+	rel, err := f.clean("check", name)
 	if err != nil {
 		return true
 	}
@@ -158,7 +158,7 @@ func (f *FS) DeniedEntry(rel string) bool {
 	if d == nil {
 		return false
 	}
-	c, err := clean("check", rel)
+	c, err := cleanWalked("check", rel)
 	return err != nil || d.match(c)
 }
 
@@ -184,7 +184,7 @@ func (f *FS) checkDeny(op, rel string) error {
 // allowed cleans a user-given name and checks it against the denylist: the
 // first step of every operation that reads contents or changes anything.
 func (f *FS) allowed(op, name string) (string, error) {
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return "", err
 	}
@@ -275,7 +275,7 @@ func (f *FS) ReadFile(name string, limit int64) ([]byte, error) {
 // Stat returns the FileInfo of name, following symbolic links that stay
 // inside the root.
 func (f *FS) Stat(name string) (fs.FileInfo, error) {
-	rel, err := clean("stat", name)
+	rel, err := f.clean("stat", name)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +285,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 
 // Lstat returns the FileInfo of name without following a final symbolic link.
 func (f *FS) Lstat(name string) (fs.FileInfo, error) {
-	rel, err := clean("lstat", name)
+	rel, err := f.clean("lstat", name)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func (f *FS) Lstat(name string) (fs.FileInfo, error) {
 // Readlink returns the stored target of the symbolic link name (data only:
 // it may name anything, and nothing is resolved through it).
 func (f *FS) Readlink(name string) (string, error) {
-	rel, err := clean("readlink", name)
+	rel, err := f.clean("readlink", name)
 	if err != nil {
 		return "", err
 	}
@@ -307,7 +307,7 @@ func (f *FS) Readlink(name string) (string, error) {
 // ReadDir lists the directory name, sorted by name. Entries describe the
 // entries themselves (a symbolic link is reported as a link).
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
-	rel, err := clean("readdir", name)
+	rel, err := f.clean("readdir", name)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	if !isWrite(flag) {
 		return f.open(op, name)
 	}
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return nil, err
 	}
@@ -417,7 +417,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 // (including ErrNoSpace mid-stream) the temporary file is removed. A
 // symbolic link at name is replaced by the file, never written through.
 func (f *FS) WriteFileAtomic(name string, r io.Reader, perm fs.FileMode) error {
-	rel, err := clean("write", name)
+	rel, err := f.clean("write", name)
 	if err != nil {
 		return err
 	}
@@ -503,7 +503,7 @@ func (f *FS) writeAtomic(op, rel string, r io.Reader, perm fs.FileMode, replace 
 // it does).
 func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	const op = "mkdir"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -532,7 +532,7 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 // owned by the configured owner). Existing directories, and in-root links
 // to directories, are accepted.
 func (f *FS) MkdirAll(name string, perm fs.FileMode) error {
-	rel, err := clean("mkdir", name)
+	rel, err := f.clean("mkdir", name)
 	if err != nil {
 		return err
 	}
@@ -562,11 +562,11 @@ func (f *FS) mkdirAll(rel string, perm fs.FileMode) error {
 // itself. A symbolic link is moved as a link.
 func (f *FS) Rename(oldname, newname string) error {
 	const op = "rename"
-	oldRel, err := clean(op, oldname)
+	oldRel, err := f.clean(op, oldname)
 	if err != nil {
 		return err
 	}
-	newRel, err := clean(op, newname)
+	newRel, err := f.clean(op, newname)
 	if err != nil {
 		return err
 	}
@@ -598,7 +598,7 @@ func (f *FS) Rename(oldname, newname string) error {
 // never its target).
 func (f *FS) Remove(name string) error {
 	const op = "remove"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -777,7 +777,7 @@ func (s *state) atParent(rel string, fn func(dirfd int, base string) error) erro
 // through it out of the root.
 func (f *FS) Symlink(target, name string) error {
 	const op = "symlink"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -810,7 +810,7 @@ func (f *FS) Copy(src, dst string) error { return f.CopyContext(context.Backgrou
 // when ctx ends, checked before every chunk.
 func (f *FS) CopyContext(ctx context.Context, src, dst string) error {
 	const op = "copy"
-	dstRel, err := clean(op, dst)
+	dstRel, err := f.clean(op, dst)
 	if err != nil {
 		return err
 	}
