@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
 // deepPath is n components "d/d/…/" followed by last.
@@ -132,5 +133,36 @@ func TestFilesPathAttacks(t *testing.T) {
 		t.Fatalf("200-level file on disk: %q %v", got, err)
 	}
 
+	n.assertAnswersEveryFace(t, filesServer)
+}
+
+// TestFilesCompressKeepsTreesDeeperThanTheLimit: the path limits are for
+// names users send; a tree 300 levels deep that the game made (here on the
+// host) is compressed whole, its deepest file and link included.
+func TestFilesCompressKeepsTreesDeeperThanTheLimit(t *testing.T) {
+	n := filesNode(t, 100, nil)
+	bottom := deepPath(300, "")
+	dir := n.fpath(filepath.FromSlash(bottom))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "f.txt"), "bottom", 0o644)
+	if err := os.Symlink("f.txt", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	res, body := n.files("POST", "compress", map[string]any{"root": "/", "files": []string{"d"}, "name": "deep", "extension": "tar.gz"})
+	wantStatus(t, "compress of a 300-level tree", res, body, 200)
+	f, err := os.Open(n.fpath("deep.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hdrs := tree.Headers(t, f)
+	if h := hdrs[bottom+"f.txt"]; h == nil || h.Size != int64(len("bottom")) {
+		t.Errorf("the deepest file is not in the archive (%d entries)", len(hdrs))
+	}
+	if h := hdrs[bottom+"link"]; h == nil || h.Linkname != "f.txt" {
+		t.Errorf("the deepest link is not in the archive")
+	}
 	n.assertAnswersEveryFace(t, filesServer)
 }
