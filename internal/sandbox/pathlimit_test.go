@@ -345,6 +345,12 @@ func deepTreeWalks(t *testing.T, depth int, deny []string) {
 	if err != nil || !file || !link {
 		t.Fatalf("walk: %.200v (file %v, link %v)", err, file, link)
 	}
+	if fx.fs.Denied(bottom + "f.txt") {
+		t.Errorf("Denied takes the deep file for denied")
+	}
+	if deny != nil && !fx.fs.Denied(bottom+"x.secret") {
+		t.Errorf("Denied lets a deep denied name through")
+	}
 	tr := fx.fs.Trusted()
 	if err := tr.MkdirAll("copy/"+bottom, 0); err != nil {
 		t.Fatalf("trusted MkdirAll: %.200v", err)

@@ -140,7 +140,10 @@ func (f *FS) DiskLimit() int64 { return f.s.limit.Load() }
 // denylist (always false on the Trusted view). Archivers use it to skip
 // denied files.
 func (f *FS) Denied(name string) bool {
-	rel, err := f.clean("check", name)
+	// Not held to the path limits: it answers for names walks report (a
+	// tree the game made deeper than them), and an operation on a name a
+	// user sent checks the limits itself.
+	rel, err := cleanWalked("check", name)
 	if err != nil {
 		return true
 	}
