@@ -238,7 +238,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		}
 		if d.Type().IsRegular() {
 			// Mode and times come from the opened file (fstat): no lstat of the name.
-			if err := writeFile(tw, src, full, rel, d, buf, fileHash, man, &res); err != nil {
+			if err := writeFile(ctx, tw, src, full, rel, d, buf, fileHash, man, &res); err != nil {
 				return err
 			}
 			report(opts.Progress, &res, out)
@@ -255,7 +255,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			hdr.Name += "/"
 			res.Dirs++
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := src.Readlink(full)
+			target, err := src.ReadlinkEntry(full, d)
 			if err != nil {
 				return nil
 			}
@@ -331,8 +331,9 @@ func header(rel string, fi fs.FileInfo) *tar.Header {
 }
 
 // writeFile stores the regular file d; one that vanished or is no longer
-// a regular file is left out.
-func writeFile(tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
+// a regular file is left out. ctx is checked before every chunk, so that a
+// huge (even sparse) file stops being read as soon as the caller is gone.
+func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
 	f, err := src.OpenEntry(full, d)
 	if err != nil {
 		return nil // vanished, or swapped for a link leading out: leave it out
@@ -353,12 +354,12 @@ func writeFile(tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry,
 		h.Reset()
 		dst = io.MultiWriter(tw, h)
 	}
-	n, err := io.CopyBuffer(dst, io.LimitReader(onlyReader{f}, hdr.Size), buf)
+	n, err := io.CopyBuffer(dst, io.LimitReader(ctxReader{ctx, onlyReader{f}}, hdr.Size), buf)
 	if err != nil && !isReadErr(err) {
 		return err
 	}
 	if n < hdr.Size { // the file shrank: pad to the declared size
-		if _, err := io.CopyBuffer(dst, io.LimitReader(zeros{}, hdr.Size-n), buf); err != nil {
+		if _, err := io.CopyBuffer(dst, io.LimitReader(ctxReader{ctx, zeros{}}, hdr.Size-n), buf); err != nil {
 			return err
 		}
 	}
@@ -391,6 +392,24 @@ func (o onlyReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ctxReader fails reads once ctx is done (with an error that is not a
+// readErr: the archive stops, it is not padded).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// ReaderWithContext returns r failing its reads with ctx.Err() once ctx is
+// done: for copy loops that must stop between chunks.
+func ReaderWithContext(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
 
 type zeros struct{}
 

@@ -201,6 +201,7 @@ func Run(ctx context.Context, opts Options) error {
 		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
 		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
 		Runtime:         rt, ConfigPath: opts.ConfigPath, Commit: opts.Commit,
+		Stopping: ctx,
 	})
 	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)
 }

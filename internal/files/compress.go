@@ -240,7 +240,7 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 			_, err := zw.CreateHeader(h)
 			return err
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := m.FS.Readlink(full)
+			target, err := m.FS.ReadlinkEntry(full, d)
 			if err != nil {
 				return nil
 			}
@@ -268,7 +268,9 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 			if err != nil {
 				return err
 			}
-			_, err = io.CopyBuffer(w, io.LimitReader(readOnly{f}, fi.Size()), buf)
+			// Checked per chunk: a huge (even sparse) file stops being read
+			// as soon as the caller is gone.
+			_, err = io.CopyBuffer(w, io.LimitReader(archive.ReaderWithContext(ctx, readOnly{f}), fi.Size()), buf)
 			return err
 		}
 		return nil

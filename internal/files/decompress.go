@@ -350,8 +350,12 @@ func (x *extraction) mkdirs(name string) error {
 	}
 	var missing []string
 	for p := c; p != "." && p != ""; p = path.Dir(p) {
-		if _, err := x.m.FS.Lstat(p); err == nil {
+		_, err := x.m.FS.Lstat(p)
+		if err == nil {
 			break
+		}
+		if sandbox.IsPathLimit(err) {
+			return err // refused at once, not once per prefix
 		}
 		missing = append(missing, p)
 	}

@@ -233,8 +233,9 @@ func (m *Manager) RenameAll(ctx context.Context, root string, pairs []Rename) er
 
 // Copy duplicates the regular file location next to itself as "name
 // copy.ext", "name copy 1.ext" … (".tar.gz" and the like count as one
-// extension), and returns the new name.
-func (m *Manager) Copy(location string) (string, error) {
+// extension), and returns the new name. A copy still running when ctx ends
+// stops and leaves nothing.
+func (m *Manager) Copy(ctx context.Context, location string) (string, error) {
 	fi, err := m.FS.Stat(location)
 	if err != nil {
 		return "", err
@@ -248,7 +249,7 @@ func (m *Manager) Copy(location string) (string, error) {
 		if name == "" {
 			return "", usererr.New(usererr.Conflict, "Too many copies of this file exist already.")
 		}
-		err := m.FS.Copy(location, dir+name)
+		err := m.FS.CopyContext(ctx, location, dir+name)
 		switch {
 		case err == nil:
 			return dir + name, nil

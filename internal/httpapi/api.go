@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -53,6 +54,9 @@ type Deps struct {
 	// ConfigPath and Commit go into the diagnostics report.
 	ConfigPath string
 	Commit     string
+	// Stopping ends when the daemon begins to shut down: long file work
+	// (compress, decompress, search, copy) ends then. nil: never.
+	Stopping context.Context
 }
 
 // API serves the HTTP interface.

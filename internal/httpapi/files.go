@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"path"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/files"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/usererr"
 )
 
 // fileManager is the file manager of s with the node's settings.
@@ -114,8 +116,10 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 		Location string `json:"location"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		_, err := fm.Copy(req.Location)
-		return err
+		ctx, cancel := a.workContext(r, s)
+		defer cancel()
+		_, err := fm.Copy(ctx, req.Location)
+		return workErr(ctx, err)
 	})
 }
 
@@ -128,7 +132,12 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	if err := s.CheckFileWrites(); err != nil {
 		return err
 	}
-	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), r.Body, r.ContentLength); err != nil {
+	// The body stops being stored when the server is deleted mid-upload;
+	// an upload still gets the shutdown grace period to finish.
+	ctx, cancel := s.WorkContext(r.Context())
+	defer cancel()
+	body := archive.ReaderWithContext(ctx, r.Body)
+	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -151,7 +160,9 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Files []string `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.Delete(r.Context(), req.Root, req.Files)
+		ctx, cancel := a.workContext(r, s)
+		defer cancel()
+		return workErr(ctx, fm.Delete(ctx, req.Root, req.Files))
 	})
 }
 
@@ -167,27 +178,65 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 
 // fileJob reads a file job's (compress, decompress, pull) JSON body into
 // req and takes the server's job slot for it: refused while an exclusive
-// job runs, and while the server's files may not be changed.
-func fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (end func(), err error) {
+// job runs, and while the server's files may not be changed. ctx is the
+// job's context (workContext). end releases both.
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (ctx context.Context, end func(), err error) {
 	if err := readJSON(w, r, req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.CheckFileWrites(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s.BeginJob(server.JobFiles)
+	release, err := s.BeginJob(server.JobFiles)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := a.workContext(r, s)
+	return ctx, func() { cancel(); release() }, nil
+}
+
+// workErr is the error of work whose context ended: the reason it ended
+// when the user may know it (the server was deleted: a 409 that says so)
+// rather than a bare "context canceled" answered as a 500.
+func workErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		if _, ok := usererr.From(cause); ok {
+			return cause
+		}
+	}
+	return err
+}
+
+// workContext is the context of long work on s's files for the request r
+// (compress, decompress, search, copy, delete, write): it ends when the
+// client goes away, when the server is deleted, and as soon as the daemon
+// begins to stop (not after the shutdown grace period), so that none of
+// that work outlives its caller.
+func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, context.CancelFunc) {
+	ctx, cancel := s.WorkContext(r.Context())
+	if a.Stopping == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(a.Stopping, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
 	defer end()
-	st, err := a.fileManager(s).Compress(r.Context(), req)
+	st, err := a.fileManager(s).Compress(ctx, req)
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	writeJSON(w, http.StatusOK, st)
 	return nil
@@ -198,14 +247,14 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
 	defer end()
-	res, err := a.fileManager(s).Decompress(r.Context(), req.Root, req.File)
+	res, err := a.fileManager(s).Decompress(ctx, req.Root, req.File)
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	if res.Skipped > 0 {
 		a.Log.Info("decompress skipped entries", "server", s.UUID(), "file", req.File, "skipped", res.Skipped)
@@ -217,9 +266,11 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 // getSearch is Pelican's recursive name search.
 func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	q := r.URL.Query()
-	out, err := a.fileManager(s).Search(r.Context(), q.Get("directory"), q.Get("pattern"))
+	ctx, cancel := a.workContext(r, s)
+	defer cancel()
+	out, err := a.fileManager(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -30,7 +30,7 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return err
 	}
 	var req pull.Request
-	end, err := fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		writeJSON(w, http.StatusAccepted, map[string]string{"identifier": d.ID})
 		return nil
 	}
-	name, err := a.Pulls.Run(r.Context(), d)
+	name, err := a.Pulls.Run(ctx, d)
 	end()
 	if err != nil {
 		return err

@@ -102,7 +102,7 @@ func (s *state) resolve(rel string) (string, bool) {
 	if res, ok := s.resolveParent(rel); ok {
 		return res, true
 	}
-	return s.resolveInRoot(rel)
+	return s.resolveWalk(rel)
 }
 
 func (s *state) resolveParent(rel string) (string, bool) {

@@ -43,7 +43,7 @@ type Dir struct {
 // each entry.
 func (f *FS) OpenDir(name string) (*Dir, error) {
 	const op = "opendir"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return nil, err
 	}

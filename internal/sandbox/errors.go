@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"io/fs"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -77,7 +79,23 @@ var (
 		user: usererr.New(usererr.Invalid, "Cannot perform that action: not a regular file.")}
 	// ErrClosed: the FS was closed. errors.Is(err, fs.ErrClosed) is true too.
 	ErrClosed error = &sentinel{msg: "sandbox is closed", also: fs.ErrClosed}
+	// ErrPathTooLong: the name is longer than MaxPathLen bytes.
+	ErrPathTooLong error = &sentinel{msg: "path too long",
+		user: usererr.New(usererr.Invalid, "Path too long: at most "+strconv.Itoa(MaxPathLen)+" bytes.")}
+	// ErrPathTooDeep: the name has more than MaxPathDepth components.
+	ErrPathTooDeep error = &sentinel{msg: "path too deep",
+		user: usererr.New(usererr.Invalid, "Path too deep: at most "+strconv.Itoa(MaxPathDepth)+" directories.")}
+	// ErrNameTooLong: a component of the name is longer than MaxNameLen
+	// bytes; also the kernel's ENAMETOOLONG, wherever it comes back.
+	ErrNameTooLong error = &sentinel{msg: "file name too long",
+		user: usererr.New(usererr.Invalid, "File name too long: at most "+strconv.Itoa(MaxNameLen)+" bytes.")}
 )
+
+// IsPathLimit reports whether err is the refusal of a name beyond one of
+// the path limits (ErrPathTooLong, ErrPathTooDeep, ErrNameTooLong).
+func IsPathLimit(err error) bool {
+	return errors.Is(err, ErrPathTooLong) || errors.Is(err, ErrPathTooDeep) || errors.Is(err, ErrNameTooLong)
+}
 
 // Error describes a failed sandbox operation. Path is the name relative to
 // the server root, always written with a leading "/" (the way the panel
@@ -142,6 +160,9 @@ func wrap(op, rel string, err error) error {
 	if errors.As(err, &se) {
 		return err
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // the caller is gone: kept as it is (a copy loop stopped)
+	}
 	e := &Error{Op: op, Path: display(rel)}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -154,6 +175,8 @@ func wrap(op, rel string, err error) error {
 		e.Kind = ErrDenied
 	case errors.Is(err, ErrTooLarge):
 		e.Kind = ErrTooLarge
+	case errno == syscall.ENAMETOOLONG:
+		e.Kind = ErrNameTooLong
 	case errors.Is(err, ErrOutsideRoot), isEscape(err), errno == syscall.ELOOP, errno == syscall.EXDEV:
 		// ELOOP: a symlink loop, or O_NOFOLLOW met a symlink. EXDEV: os.Root
 		// refusing to cross out of the tree. Both are "bad path".

@@ -142,7 +142,10 @@ func (f *FS) DiskLimit() int64 { return f.s.limit.Load() }
 // denylist (always false on the Trusted view). Archivers use it to skip
 // denied files.
 func (f *FS) Denied(name string) bool {
-	rel, err := clean("check", name)
+	// Not held to the path limits: it answers for names walks report (a
+	// tree the game made deeper than them), and an operation on a name a
+	// user sent checks the limits itself.
+	rel, err := cleanWalked("check", name)
 	if err != nil {
 		return true
 	}
@@ -160,7 +163,7 @@ func (f *FS) DeniedEntry(rel string) bool {
 	if d == nil {
 		return false
 	}
-	c, err := clean("check", rel)
+	c, err := cleanWalked("check", rel)
 	return err != nil || d.match(c)
 }
 
@@ -186,7 +189,7 @@ func (f *FS) checkDeny(op, rel string) error {
 // allowed cleans a user-given name and checks it against the denylist: the
 // first step of every operation that reads contents or changes anything.
 func (f *FS) allowed(op, name string) (string, error) {
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return "", err
 	}
@@ -285,7 +288,7 @@ func (f *FS) ReadFile(name string, limit int64) ([]byte, error) {
 // Stat returns the FileInfo of name, following symbolic links that stay
 // inside the root.
 func (f *FS) Stat(name string) (fs.FileInfo, error) {
-	rel, err := clean("stat", name)
+	rel, err := f.clean("stat", name)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +298,7 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 
 // Lstat returns the FileInfo of name without following a final symbolic link.
 func (f *FS) Lstat(name string) (fs.FileInfo, error) {
-	rel, err := clean("lstat", name)
+	rel, err := f.clean("lstat", name)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +309,7 @@ func (f *FS) Lstat(name string) (fs.FileInfo, error) {
 // Readlink returns the stored target of the symbolic link name (data only:
 // it may name anything, and nothing is resolved through it).
 func (f *FS) Readlink(name string) (string, error) {
-	rel, err := clean("readlink", name)
+	rel, err := f.clean("readlink", name)
 	if err != nil {
 		return "", err
 	}
@@ -317,7 +320,7 @@ func (f *FS) Readlink(name string) (string, error) {
 // ReadDir lists the directory name, sorted by name. Entries describe the
 // entries themselves (a symbolic link is reported as a link).
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
-	rel, err := clean("readdir", name)
+	rel, err := f.clean("readdir", name)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +360,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	if !isWrite(flag) {
 		return f.open(op, name)
 	}
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +441,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 // (including ErrNoSpace mid-stream) the temporary file is removed. A
 // symbolic link at name is replaced by the file, never written through.
 func (f *FS) WriteFileAtomic(name string, r io.Reader, perm fs.FileMode) error {
-	rel, err := clean("write", name)
+	rel, err := f.clean("write", name)
 	if err != nil {
 		return err
 	}
@@ -524,7 +527,7 @@ func (f *FS) writeAtomic(op, rel string, r io.Reader, perm fs.FileMode, replace 
 // it does).
 func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	const op = "mkdir"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -553,7 +556,7 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 // owned by the configured owner). Existing directories, and in-root links
 // to directories, are accepted.
 func (f *FS) MkdirAll(name string, perm fs.FileMode) error {
-	rel, err := clean("mkdir", name)
+	rel, err := f.clean("mkdir", name)
 	if err != nil {
 		return err
 	}
@@ -575,27 +578,7 @@ func (f *FS) mkdirAll(rel string, perm fs.FileMode) error {
 		perm = 0o755
 	}
 	perm &= fs.ModePerm
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		err := f.s.root.Mkdir(p, perm)
-		if err == nil {
-			_ = f.s.root.Chmod(p, perm)
-			f.s.chown(p)
-			continue
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return wrap(op, rel, err)
-		}
-		fi, err := f.s.root.Stat(p)
-		if err != nil {
-			return wrap(op, rel, err)
-		}
-		if !fi.IsDir() {
-			return newErr(op, rel, ErrNotDir)
-		}
-	}
-	return nil
+	return wrap(op, rel, f.s.mkdirDown(rel, perm))
 }
 
 // Rename moves oldname to newname, creating newname's missing parent
@@ -609,11 +592,11 @@ func (f *FS) Rename(oldname, newname string) error {
 // RenameContext is Rename whose denylist walk of a directory stops with ctx.
 func (f *FS) RenameContext(ctx context.Context, oldname, newname string) error {
 	const op = "rename"
-	oldRel, err := clean(op, oldname)
+	oldRel, err := f.clean(op, oldname)
 	if err != nil {
 		return err
 	}
-	newRel, err := clean(op, newname)
+	newRel, err := f.clean(op, newname)
 	if err != nil {
 		return err
 	}
@@ -648,7 +631,7 @@ func (f *FS) RenameContext(ctx context.Context, oldname, newname string) error {
 // never its target).
 func (f *FS) Remove(name string) error {
 	const op = "remove"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -839,7 +822,7 @@ func (s *state) atParent(rel string, fn func(dirfd int, base string) error) erro
 // through it out of the root.
 func (f *FS) Symlink(target, name string) error {
 	const op = "symlink"
-	rel, err := clean(op, name)
+	rel, err := f.clean(op, name)
 	if err != nil {
 		return err
 	}
@@ -866,9 +849,13 @@ func (f *FS) Symlink(target, name string) error {
 // the caller chooses the name of the copy. The copy has src's permission
 // bits and the configured owner, counts against the disk limit while it is
 // written, and appears whole or not at all.
-func (f *FS) Copy(src, dst string) error {
+func (f *FS) Copy(src, dst string) error { return f.CopyContext(context.Background(), src, dst) }
+
+// CopyContext is Copy that stops (removing the partial copy) with ctx.Err()
+// when ctx ends, checked before every chunk.
+func (f *FS) CopyContext(ctx context.Context, src, dst string) error {
 	const op = "copy"
-	dstRel, err := clean(op, dst)
+	dstRel, err := f.clean(op, dst)
 	if err != nil {
 		return err
 	}
@@ -893,7 +880,7 @@ func (f *FS) Copy(src, dst string) error {
 	if err := f.HasSpaceFor(fi.Size()); err != nil {
 		return newErr(op, dstRel, ErrNoSpace)
 	}
-	return f.writeAtomic(op, dstRel, in, fi.Mode().Perm(), false)
+	return f.writeAtomic(op, dstRel, ctxReader{ctx, in}, fi.Mode().Perm(), false)
 }
 
 // ---- disk usage ----

@@ -27,7 +27,7 @@ func (f *FS) Walk(dir string, fn fs.WalkDirFunc) error {
 
 // WalkContext is Walk that stops with ctx.Err() when ctx is done.
 func (f *FS) WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) error {
-	rel, err := clean("walk", dir)
+	rel, err := f.clean("walk", dir)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (f *FS) ReadHead(rel string, d fs.DirEntry, buf []byte) (int, error) {
 		}
 		return n, err
 	}
-	crel, err := clean("read", rel)
+	crel, err := cleanWalked("read", rel)
 	if err != nil {
 		return 0, err
 	}
@@ -197,7 +197,7 @@ func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
 	if f.DeniedEntry(rel) {
 		return nil, newErr("open", strings.TrimPrefix(rel, "/"), ErrDenied)
 	}
-	rel, err := clean("open", rel)
+	rel, err := cleanWalked("open", rel)
 	if err != nil {
 		return nil, err
 	}

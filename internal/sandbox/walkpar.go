@@ -18,7 +18,7 @@ import (
 // entries), where listing and lstat-ing dominate and a second core halves
 // the time.
 func (f *FS) WalkParallel(ctx context.Context, dir string, workers int, fn fs.WalkDirFunc) error {
-	rel, err := clean("walk", dir)
+	rel, err := f.clean("walk", dir)
 	if err != nil {
 		return err
 	}

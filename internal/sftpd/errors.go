@@ -64,6 +64,12 @@ func toStatus(err error) error {
 		return errIsDir
 	case errors.Is(err, sandbox.ErrNotDir):
 		return errNotDir
+	case sandbox.IsPathLimit(err):
+		// The message names the limit ("Path too deep: at most 256 directories.").
+		if ue, ok := usererr.From(err); ok {
+			return &statusError{sftp.ErrSSHFxFailure, ue.Message}
+		}
+		return errFailure
 	case errors.Is(err, server.ErrBusy), errors.Is(err, server.ErrSuspendedFiles):
 		if ue, ok := usererr.From(err); ok {
 			return &statusError{sftp.ErrSSHFxPermissionDenied, ue.Message}
