@@ -96,12 +96,13 @@ func (s *state) duFrom(ctx context.Context, rootfd int, rel string) (int64, erro
 			return w.total, err
 		}
 		fd, err := openBeneath(d.anchor.fd, d.path)
-		d.anchor.unref()
 		if err != nil {
 			w.fail(d.rel(), err)
-			continue
+		} else {
+			stack = w.list(fd, d, stack)
 		}
-		stack = w.list(fd, d, stack)
+		// After the listing: the children it pushed may hold the anchor.
+		d.anchor.unref()
 	}
 	return w.total, w.err
 }
