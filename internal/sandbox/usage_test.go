@@ -139,10 +139,14 @@ func BenchmarkUsageWalk(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	want := diskBytes(b, dir)
+	if want < int64(files+files/perDir+10)*blockSize {
+		b.Fatalf("the tree occupies %d bytes: fewer than a block per entry", want)
+	}
 	b.ResetTimer()
 	for b.Loop() {
 		n, err := f.RefreshUsage(context.Background())
-		if want := int64(files+files/perDir+10) * blockSize; err != nil || n != want {
+		if err != nil || n != want {
 			b.Fatalf("usage %d, %v", n, err)
 		}
 	}
