@@ -4,6 +4,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,7 +24,8 @@ type File struct {
 	write      bool
 	appendMode bool
 	pos        int64
-	node       *openNode // the inode's entry in the open table (writable files only)
+	node       *openNode       // the inode's entry in the open table (writable files only)
+	rc         syscall.RawConn // f's, for the fstat after each write (writable files only)
 }
 
 // Name returns the name relative to the root, with a leading "/".
