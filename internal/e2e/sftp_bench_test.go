@@ -50,7 +50,9 @@ func newSFTPBench(b *testing.B) *sftpBench {
 		b.Fatal("OpenSSH's sftp-server is needed (Debian openssh-server)")
 	}
 	signer, priv := newSSHKey(b)
-	n := startSFTPNode(b, nil, sftpServerDef(sftpBenchServer, 0, nil))
+	// A disk limit (1 TiB, far above what the runs write) so that every
+	// write pays for the whole disk accounting, limit check included.
+	n := startSFTPNode(b, nil, sftpServerDef(sftpBenchServer, 1<<20, nil))
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "bench", Keys: []string{authorizedKey(signer)}, Server: sftpBenchServer, User: sftpOwner, Permissions: []string{"*"}})
 	s := &sftpBench{n: n, srvDir: n.serverDir(sftpBenchServer)}
 	base := filepath.Dir(n.Config.System.Data)

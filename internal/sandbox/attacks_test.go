@@ -175,24 +175,12 @@ func operations(fx *fixture) []op {
 			// Removing the name first must not make usage count outside bytes.
 			_ = f.Remove(n)
 			u, err := f.RefreshUsage(context.Background())
-			if u >= int64(len(secret)) && u != insideBytes(fx) {
+			if want, werr := diskBytesOf(fx.root); werr != nil || u != want {
 				return "usage " + strconv.FormatInt(u, 10), err
 			}
 			return "", err
 		}},
 	}
-}
-
-func insideBytes(fx *fixture) int64 {
-	var n int64
-	_ = filepath.WalkDir(fx.root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			fi, _ := d.Info()
-			n += fi.Size()
-		}
-		return nil
-	})
-	return n
 }
 
 // TestF1F2F3F4F5F6AttackMatrix runs every operation against every hostile
@@ -439,7 +427,7 @@ func TestF1WalkAndUsageIgnoreOutside(t *testing.T) {
 		}
 	}
 	u, err := fx.fs.RefreshUsage(context.Background())
-	if err != nil || u != int64(len("inside data")+len("top")) {
+	if err != nil || u != diskBytes(t, fx.root) {
 		t.Fatalf("usage = %d, %v", u, err)
 	}
 }
@@ -557,57 +545,57 @@ func TestF7DenylistEveryOperation(t *testing.T) {
 	}
 }
 
-// TestF10F11DiskLimit: writes are counted while streaming; crossing the
-// limit fails mid-write with ErrNoSpace, WriteFileAtomic leaves nothing,
-// and -1 refuses every write.
+// TestF10F11DiskLimit: writes are counted while streaming, in blocks;
+// crossing the limit fails mid-write with ErrNoSpace, WriteFileAtomic
+// leaves nothing, and -1 refuses every write.
 func TestF10F11DiskLimit(t *testing.T) {
-	fx := newFixture(t, Options{UID: -1, GID: -1, DiskLimit: 100})
+	fx := newFixture(t, Options{UID: -1, GID: -1})
 	f := fx.fs
-	_ = os.Remove(filepath.Join(fx.root, "top.txt"))
-	_ = os.Remove(filepath.Join(fx.root, "inside", "file.txt"))
-	if u, _ := f.RefreshUsage(context.Background()); u != 0 {
-		t.Fatalf("usage %d", u)
-	}
+	base, _ := f.RefreshUsage(context.Background())
+	f.SetDiskLimit(base + 100*1024)
 	w, err := f.Create("a.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(make([]byte, 60)); err != nil {
+	if _, err := w.Write(make([]byte, 60*1024)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(make([]byte, 60)); !errors.Is(err, ErrNoSpace) {
+	if _, err := w.Write(make([]byte, 60*1024)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("second write = %v, want ErrNoSpace", err)
 	}
 	_ = w.Close()
-	if u := f.Usage(); u != 60 {
-		t.Fatalf("usage %d, want 60", u)
+	if u := f.Usage(); u != base+60*1024 {
+		t.Fatalf("usage %d, want %d", u, base+60*1024)
 	}
 	// Atomic write crossing the limit mid-stream: nothing left behind.
-	r := io.MultiReader(bytes.NewReader(make([]byte, 30)), bytes.NewReader(make([]byte, 30)))
+	r := io.MultiReader(bytes.NewReader(make([]byte, 30*1024)), bytes.NewReader(make([]byte, 30*1024)))
 	if err := f.WriteFileAtomic("b.bin", r, 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("WriteFileAtomic = %v, want ErrNoSpace", err)
 	}
 	if es, _ := os.ReadDir(fx.root); hasPrefix(es, "b.bin") || hasPrefix(es, ".b.bin") {
 		t.Fatalf("partial file left: %v", es)
 	}
-	if u := f.Usage(); u != 60 {
-		t.Fatalf("usage after failed atomic write %d, want 60", u)
+	if u := f.Usage(); u != base+60*1024 {
+		t.Fatalf("usage after failed atomic write %d, want %d", u, base+60*1024)
 	}
 	if err := f.Copy("a.bin", "copy.bin"); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("copy over the limit = %v", err)
 	}
-	// Truncating releases space; replacing a file counts the difference.
+	// Replacing a file counts the difference (10 bytes take one block).
 	if err := f.WriteFileAtomic("a.bin", bytes.NewReader(make([]byte, 10)), 0); err != nil {
 		t.Fatal(err)
 	}
-	if u := f.Usage(); u != 10 {
-		t.Fatalf("usage after replace %d, want 10", u)
+	if u := f.Usage(); u != base+blockSize {
+		t.Fatalf("usage after replace %d, want %d", u, base+blockSize)
 	}
-	if err := f.HasSpaceFor(91); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("HasSpaceFor(91) = %v", err)
+	if err := f.HasSpaceFor(100*1024 - blockSize + 1); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("HasSpaceFor over the limit = %v", err)
 	}
-	if err := f.Remove("a.bin"); err != nil || f.Usage() != 0 {
-		t.Fatalf("remove: %v usage %d", err, f.Usage())
+	if err := f.Remove("a.bin"); err != nil || f.Usage() != base {
+		t.Fatalf("remove: %v usage %d, want %d", err, f.Usage(), base)
+	}
+	if u, _ := f.RefreshUsage(context.Background()); u != base {
+		t.Fatalf("walk after all that: %d, want %d", u, base)
 	}
 	f.SetDiskLimit(-1)
 	if _, err := f.Create("c"); !errors.Is(err, ErrNoSpace) {

@@ -181,10 +181,11 @@ func (d *Dir) checkDeny(op, rel, base string) error {
 // files are. Something already at base (a link included) gives an error
 // matching fs.ErrExist. When the limit is -1, it is refused (ErrNoSpace).
 //
-// It costs openat, the fcntl os.NewFile makes, fchmod, and fchown when an
-// owner is configured: no fstat (a file just created exclusively is empty
-// and regular) and no check of the opened file's name (O_EXCL|O_NOFOLLOW
+// It costs openat, the fcntl os.NewFile makes, fchmod, fchown when an
+// owner is configured, and the fstat that registers it for the disk
+// accounting; no check of the opened file's name (O_EXCL|O_NOFOLLOW
 // created exactly this entry of this directory, whose name was checked).
+// The new entry costs one block against the limit.
 func (d *Dir) Create(base string, perm fs.FileMode) (*File, error) {
 	const op = "open"
 	rel, err := d.entry(op, base)
@@ -199,21 +200,32 @@ func (d *Dir) Create(base string, perm fs.FileMode) (*File, error) {
 		perm = 0o644
 	}
 	perm &= fs.ModePerm
+	// The new entry costs one block, reserved before it exists.
+	if err := s.reserveEntry(); err != nil {
+		return nil, newErr(op, rel, ErrNoSpace)
+	}
 	fd := -1
 	var oerr error
 	if err := d.rc.Control(func(dfd uintptr) {
 		fd, oerr = unix.Openat(int(dfd), base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, uint32(perm))
 	}); err != nil {
+		s.release(blockSize)
 		return nil, closedErr(op, rel, err)
 	}
 	if oerr != nil {
+		s.release(blockSize)
 		return nil, wrap(op, rel, oerr)
 	}
 	file := os.NewFile(uintptr(fd), rel)
 	// The umask may have removed bits of perm at creation.
 	_ = file.Chmod(perm)
 	s.fchown(file)
-	return &File{f: file, s: s, rel: rel, write: true}, nil
+	w, err := s.track(file, rel, false, true)
+	if err != nil {
+		_ = file.Close()
+		return nil, wrap(op, rel, err)
+	}
+	return w, nil
 }
 
 // Open opens the file base for reading (O_RDONLY|O_NOFOLLOW|O_NONBLOCK): a

@@ -40,6 +40,7 @@ func mustOpenDir(t testing.TB, f *FS, name string) *Dir {
 func TestDirCreateModesContentAndUsage(t *testing.T) {
 	withUmask(t, 0o022)
 	fx := newFixture(t, Options{UID: 1234, GID: 5678})
+	before, _ := fx.fs.RefreshUsage(context.Background())
 	if err := fx.fs.MkdirAll("a/b", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestDirCreateModesContentAndUsage(t *testing.T) {
 	}
 	want := map[string]fs.FileMode{"rw.txt": 0o666, "private.txt": 0o600, "default.txt": 0o644}
 	perms := map[string]fs.FileMode{"rw.txt": 0o666, "private.txt": 0o600, "default.txt": 0}
-	var total int64
+	total := int64(2 * blockSize) // a and a/b
 	for name, perm := range perms {
 		w, err := d.Create(name, perm)
 		if err != nil {
@@ -68,7 +69,7 @@ func TestDirCreateModesContentAndUsage(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		total += int64(len(content))
+		total += blockSize
 		p := filepath.Join(fx.root, "a", "b", name)
 		fi, err := os.Lstat(p)
 		if err != nil {
@@ -84,8 +85,8 @@ func TestDirCreateModesContentAndUsage(t *testing.T) {
 			t.Errorf("%s content %q %v", name, b, err)
 		}
 	}
-	if u := fx.fs.Usage(); u != total {
-		t.Errorf("usage %d, want %d", u, total)
+	if u := fx.fs.Usage(); u != before+total || u != diskBytes(t, fx.root) {
+		t.Errorf("usage %d, want %d", u, before+total)
 	}
 	_, err := d.Create("rw.txt", 0)
 	if !errors.Is(err, fs.ErrExist) || !errors.Is(err, ErrExist) {
@@ -114,31 +115,28 @@ func TestDirCreateModesContentAndUsage(t *testing.T) {
 // TestDirCreateDiskLimit: a File from Dir.Create enforces the limit on
 // every write like OpenFile's, and -1 refuses creation.
 func TestDirCreateDiskLimit(t *testing.T) {
-	fx := newFixture(t, Options{UID: -1, GID: -1, DiskLimit: 100})
+	fx := newFixture(t, Options{UID: -1, GID: -1})
 	f := fx.fs
-	_ = os.Remove(filepath.Join(fx.root, "top.txt"))
-	_ = os.Remove(filepath.Join(fx.root, "inside", "file.txt"))
-	if u, _ := f.RefreshUsage(context.Background()); u != 0 {
-		t.Fatalf("usage %d", u)
-	}
+	base, _ := f.RefreshUsage(context.Background())
+	f.SetDiskLimit(base + 100*1024)
 	d := mustOpenDir(t, f, "inside")
 	w, err := d.Create("a.bin", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(make([]byte, 60)); err != nil {
+	if _, err := w.Write(make([]byte, 60*1024)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write(make([]byte, 60)); !errors.Is(err, ErrNoSpace) {
+	if _, err := w.Write(make([]byte, 60*1024)); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("second write = %v, want ErrNoSpace", err)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if u := f.Usage(); u != 60 {
-		t.Fatalf("usage %d, want 60", u)
+	if u := f.Usage(); u != base+60*1024 {
+		t.Fatalf("usage %d, want %d", u, base+60*1024)
 	}
-	if fi, err := os.Stat(filepath.Join(fx.root, "inside/a.bin")); err != nil || fi.Size() != 60 {
+	if fi, err := os.Stat(filepath.Join(fx.root, "inside/a.bin")); err != nil || fi.Size() != 60*1024 {
 		t.Fatalf("file on disk: %v %v", fi, err)
 	}
 	f.SetDiskLimit(-1)

@@ -4,16 +4,18 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // File is a file opened through an FS. Its errors name the file by its
-// path relative to the root. A File opened for writing counts every byte
-// that grows the file against the disk limit before writing it, and fails
-// with ErrNoSpace (writing nothing of that call) when the limit would be
-// crossed. A File is not safe for concurrent use.
+// path relative to the root. A File opened for writing reserves, before
+// each write, the blocks the write may allocate, and fails with ErrNoSpace
+// (writing nothing of that call) when the limit would be crossed; after
+// the write the usage is settled to what the file really occupies (see
+// accounting.go). A File is not safe for concurrent use.
 type File struct {
 	f   *os.File
 	s   *state
@@ -21,7 +23,9 @@ type File struct {
 
 	write      bool
 	appendMode bool
-	pos, size  int64 // tracked for writable files only
+	pos        int64
+	node       *openNode       // the inode's entry in the open table (writable files only)
+	rc         syscall.RawConn // f's, for the fstat after each write (writable files only)
 }
 
 // Name returns the name relative to the root, with a leading "/".
@@ -62,8 +66,8 @@ func (w *File) Seek(offset int64, whence int) (int64, error) {
 // Write writes p at the current offset (at the end with O_APPEND).
 func (w *File) Write(p []byte) (int, error) {
 	off := w.pos
-	if w.appendMode {
-		off = w.size
+	if w.appendMode && w.node != nil {
+		off = w.s.endOf(w.node)
 	}
 	n, err := w.writeAt(p, off, false)
 	w.pos = off + int64(n)
@@ -79,10 +83,10 @@ func (w *File) WriteAt(p []byte, off int64) (int, error) {
 func (w *File) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
 
 func (w *File) writeAt(p []byte, off int64, at bool) (int, error) {
-	if !w.write {
+	if !w.write || w.node == nil {
 		return 0, newErr("write", w.rel, ErrInvalid)
 	}
-	grow := off + int64(len(p)) - w.size
+	grow := w.s.growth(w.node, off, int64(len(p)))
 	if err := w.s.reserve(grow); err != nil {
 		return 0, newErr("write", w.rel, ErrNoSpace)
 	}
@@ -93,35 +97,21 @@ func (w *File) writeAt(p []byte, off int64, at bool) (int, error) {
 	} else {
 		n, err = w.f.Write(p)
 	}
-	end := off + int64(n)
-	if got := end - w.size; got < grow {
-		w.s.release(grow - max(got, 0))
-	}
-	w.size = max(w.size, end)
+	w.s.settle(w, grow)
 	return n, w.ioErr("write", err)
 }
 
-// Truncate changes the size of the file (growth counts against the limit).
+// Truncate changes the size of the file. Growing it allocates nothing (the
+// new part is a hole): what later writes put there is counted then. The
+// usage is settled to what the file occupies after, whichever handle or
+// name truncated it.
 func (w *File) Truncate(size int64) error {
-	if !w.write {
+	if !w.write || w.node == nil {
 		return newErr("truncate", w.rel, ErrInvalid)
 	}
-	if size > w.size {
-		if err := w.s.reserve(size - w.size); err != nil {
-			return newErr("truncate", w.rel, ErrNoSpace)
-		}
-	}
-	if err := w.f.Truncate(size); err != nil {
-		if size > w.size {
-			w.s.release(size - w.size)
-		}
-		return w.ioErr("truncate", err)
-	}
-	if size < w.size {
-		w.s.release(w.size - size)
-	}
-	w.size = size
-	return nil
+	err := w.f.Truncate(size)
+	w.s.settle(w, 0)
+	return w.ioErr("truncate", err)
 }
 
 // Stat returns the FileInfo of the open file.
@@ -155,8 +145,15 @@ func (w *File) SetTimes(atime, mtime time.Time) error {
 	return w.ioErr("chtimes", uerr)
 }
 
-// Close closes the file.
-func (w *File) Close() error { return w.ioErr("close", w.f.Close()) }
+// Close closes the file. The last handle of a removed file gives its
+// blocks back to the usage.
+func (w *File) Close() error {
+	if w.node != nil {
+		w.s.untrack(w)
+		w.node = nil
+	}
+	return w.ioErr("close", w.f.Close())
+}
 
 func (w *File) ioErr(op string, err error) error {
 	if err == nil || err == io.EOF {

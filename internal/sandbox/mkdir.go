@@ -56,14 +56,27 @@ func (s *state) mkdirStep(dir *os.File, name string, perm fs.FileMode) (next *os
 	}
 	fd := -1
 	var oerr error
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
 	cerr := rc.Control(func(dfd uintptr) {
-		merr := unix.Mkdirat(int(dfd), name, uint32(perm))
-		if merr != nil && !errors.Is(merr, unix.EEXIST) {
-			oerr = merr
+		// An existing directory costs nothing: a server at its disk limit
+		// can still reach it. A new one is charged its block first.
+		fd, oerr = unix.Openat(int(dfd), name, flags, 0)
+		if !errors.Is(oerr, unix.ENOENT) {
 			return
 		}
+		if oerr = s.reserveEntry(); oerr != nil {
+			return
+		}
+		merr := unix.Mkdirat(int(dfd), name, uint32(perm))
+		if merr != nil {
+			s.release(blockSize)
+			if !errors.Is(merr, unix.EEXIST) {
+				oerr = merr
+				return
+			}
+		}
 		created = merr == nil
-		fd, oerr = unix.Openat(int(dfd), name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, oerr = unix.Openat(int(dfd), name, flags, 0)
 	})
 	if cerr != nil {
 		return nil, false, cerr

@@ -71,6 +71,7 @@ type state struct {
 	deny  atomic.Pointer[denylist]
 	limit atomic.Int64
 	used  atomic.Int64
+	open  openTable // inodes open for writing through our handles
 
 	refreshMu sync.Mutex
 	rootPath  atomic.Pointer[string] // host path of rootDir, as /proc shows it
@@ -385,12 +386,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 	var file *os.File
 	created := false
 	if flag&os.O_CREATE != 0 {
-		file, err = f.s.root.OpenFile(rel, base|os.O_CREATE|os.O_EXCL, perm)
-		if err == nil {
-			created = true
-		} else if errors.Is(err, fs.ErrExist) && flag&os.O_EXCL == 0 {
-			file, err = f.s.root.OpenFile(rel, base, 0)
-		}
+		file, created, err = f.s.createCharged(rel, base, flag&os.O_EXCL != 0, perm)
 	} else {
 		file, err = f.s.root.OpenFile(rel, base, 0)
 	}
@@ -404,6 +400,7 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		_ = file.Close()
 		if created {
 			_ = f.s.root.Remove(rel)
+			f.s.release(blockSize)
 		}
 		return nil, err
 	}
@@ -420,19 +417,50 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (*File, error) {
 		_ = file.Close()
 		return nil, newErr(op, rel, ErrNotRegular)
 	}
-	size := fi.Size()
 	if created {
 		_ = file.Chmod(perm)
 		f.s.fchown(file)
-	} else if flag&os.O_TRUNC != 0 && size > 0 {
-		if err := file.Truncate(0); err != nil {
-			_ = file.Close()
-			return nil, wrap(op, rel, err)
-		}
-		f.s.release(size)
-		size = 0
 	}
-	return &File{f: file, s: f.s, rel: rel, write: true, appendMode: flag&os.O_APPEND != 0, size: size}, nil
+	w, err := f.s.track(file, rel, flag&os.O_APPEND != 0, created)
+	if err != nil {
+		_ = file.Close()
+		return nil, wrap(op, rel, err)
+	}
+	if !created && flag&os.O_TRUNC != 0 && fi.Size() > 0 {
+		if err := w.Truncate(0); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// createCharged opens rel for OpenFile with O_CREATE: it creates the file
+// exclusively when there is room for one more entry (one block), and
+// otherwise (the name exists, and excl is not asked) opens the existing
+// file, which costs no new entry: a server at its limit can still open a
+// file to shrink it.
+func (s *state) createCharged(rel string, base int, excl bool, perm fs.FileMode) (*os.File, bool, error) {
+	err := s.reserveEntry()
+	if err == nil {
+		file, cerr := s.root.OpenFile(rel, base|os.O_CREATE|os.O_EXCL, perm)
+		if cerr == nil {
+			return file, true, nil
+		}
+		s.release(blockSize)
+		err = cerr
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, false, err
+		}
+	}
+	if excl {
+		return nil, false, err
+	}
+	file, oerr := s.root.OpenFile(rel, base, 0)
+	if oerr != nil && errors.Is(oerr, fs.ErrNotExist) && errors.Is(err, ErrNoSpace) {
+		return nil, false, err
+	}
+	return file, false, oerr
 }
 
 // WriteFileAtomic writes r to name through a temporary file in the same
@@ -473,17 +501,25 @@ func (f *FS) writeAtomic(op, rel string, r io.Reader, perm fs.FileMode, replace 
 	if dir != "." {
 		tmpRel = dir + "/" + tmpRel
 	}
+	if err := f.s.reserveEntry(); err != nil {
+		return newErr(op, rel, ErrNoSpace)
+	}
 	tmp, err := f.s.root.OpenFile(tmpRel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
+		f.s.release(blockSize)
 		return wrap(op, rel, err)
 	}
-	w := &File{f: tmp, s: f.s, rel: rel, write: true}
+	w, err := f.s.track(tmp, rel, false, true)
+	if err != nil {
+		_ = tmp.Close()
+		_ = f.s.root.Remove(tmpRel)
+		return wrap(op, rel, err)
+	}
 	done := false
 	defer func() {
 		if !done {
-			_ = tmp.Close()
-			_ = f.s.root.Remove(tmpRel)
-			f.s.release(w.size)
+			_ = w.Close()
+			f.s.removeCharged(tmpRel)
 		}
 	}()
 	if _, err := io.Copy(w, r); err != nil {
@@ -496,24 +532,26 @@ func (f *FS) writeAtomic(op, rel string, r io.Reader, perm fs.FileMode, replace 
 	if err := tmp.Sync(); err != nil {
 		return wrap(op, rel, err)
 	}
-	if err := tmp.Close(); err != nil {
+	if err := w.Close(); err != nil {
 		return wrap(op, rel, err)
 	}
-	var old int64
-	if fi, err := f.s.root.Lstat(rel); err == nil && fi.Mode().IsRegular() && nlink(fi) <= 1 {
-		old = fi.Size()
-	}
 	if replace {
-		if err := f.s.root.Rename(tmpRel, rel); err != nil {
+		rename := func() error { return f.s.root.Rename(tmpRel, rel) }
+		if old, err := f.s.root.Lstat(rel); err == nil {
+			freed, err := f.s.unlinkCharged(old, rename)
+			if err != nil {
+				return wrap(op, rel, err)
+			}
+			f.s.release(freed)
+		} else if err := rename(); err != nil {
 			return wrap(op, rel, err)
 		}
-		f.s.release(old)
 	} else {
 		// Link refuses an existing target atomically (EEXIST).
 		if err := f.s.root.Link(tmpRel, rel); err != nil {
 			return wrap(op, rel, err)
 		}
-		_ = f.s.root.Remove(tmpRel)
+		f.s.removeCharged(tmpRel)
 	}
 	done = true
 	if d, err := f.s.root.Open(dir); err == nil {
@@ -544,7 +582,7 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 		perm = 0o755
 	}
 	perm &= fs.ModePerm
-	if err := f.s.root.Mkdir(rel, perm); err != nil {
+	if err := f.s.mkdirCharged(rel, perm); err != nil {
 		return wrap(op, rel, err)
 	}
 	_ = f.s.root.Chmod(rel, perm)
@@ -641,13 +679,15 @@ func (f *FS) Remove(name string) error {
 	if err := f.checkDeny(op, rel); err != nil {
 		return err
 	}
-	fi, lerr := f.s.root.Lstat(rel)
-	if err := f.s.root.Remove(rel); err != nil {
+	fi, err := f.s.root.Lstat(rel)
+	if err != nil {
 		return wrap(op, rel, err)
 	}
-	if lerr == nil && fi.Mode().IsRegular() && nlink(fi) <= 1 {
-		f.s.release(fi.Size())
+	freed, err := f.s.unlinkCharged(fi, func() error { return f.s.root.Remove(rel) })
+	if err != nil {
+		return wrap(op, rel, err)
 	}
+	f.s.release(freed)
 	return nil
 }
 
@@ -667,12 +707,12 @@ func (f *FS) RemoveAll(ctx context.Context, name string) error {
 		return err
 	}
 	if rel == "." {
-		freed, err := removeChildren(ctx, f.s.root)
+		freed, err := f.s.removeChildren(ctx, f.s.root)
 		if err != nil {
 			f.s.release(freed)
 			return wrapRemove(rel, err)
 		}
-		f.s.used.Store(0)
+		f.s.used.Store(f.s.unlinkedOpenBytes())
 		return nil
 	}
 	dir, base := split(rel)
@@ -687,7 +727,7 @@ func (f *FS) RemoveAll(ctx context.Context, name string) error {
 		}
 		defer parent.Close()
 	}
-	freed, err := removeTree(ctx, parent, base)
+	freed, err := f.s.removeTree(ctx, parent, base)
 	f.s.release(freed)
 	return wrapRemove(rel, err)
 }
@@ -838,7 +878,7 @@ func (f *FS) Symlink(target, name string) error {
 	if f.s.limit.Load() < 0 {
 		return newErr(op, rel, ErrNoSpace)
 	}
-	if err := f.s.root.Symlink(target, rel); err != nil {
+	if err := f.s.symlinkCharged(target, rel); err != nil {
 		return wrap(op, rel, err)
 	}
 	f.s.chown(rel)
@@ -890,19 +930,30 @@ func (f *FS) CopyContext(ctx context.Context, src, dst string) error {
 func (f *FS) Usage() int64 { return f.s.used.Load() }
 
 // RefreshUsage walks the root (never following symbolic links, counting a
-// file with several hard links once, counting the apparent size of regular
-// files), stores the result as the cached usage and returns it. Writes that
-// happen during the walk may be counted twice or not at all until the next
+// file with several hard links once, counting every entry's allocated
+// blocks and at least one 4 KiB block per entry, see accounting.go), adds
+// the files that were removed but are still open through our handles,
+// stores the result as the cached usage and returns it. Writes that happen
+// during the walk may be counted twice or not at all until the next
 // refresh. Concurrent calls are serialised.
+//
+// A directory that cannot be read (the daemon out of descriptors, a
+// directory the daemon may not list) cannot be left out silently: the
+// error names it, and the usage stored is at least the limit plus one byte,
+// so that the server counts as over its limit until a walk reads it all.
 func (f *FS) RefreshUsage(ctx context.Context) (int64, error) {
 	f.s.refreshMu.Lock()
 	defer f.s.refreshMu.Unlock()
 	n, err := f.s.du(ctx, ".")
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
 		return f.s.used.Load(), err
 	}
+	n += f.s.unlinkedOpenBytes()
+	if lim := f.s.limit.Load(); err != nil && lim > 0 {
+		n = max(n, lim+1)
+	}
 	f.s.used.Store(n)
-	return n, nil
+	return n, err
 }
 
 // HasSpaceFor returns ErrNoSpace when delta more bytes would exceed the
@@ -953,11 +1004,4 @@ func (s *state) release(n int64) {
 			return
 		}
 	}
-}
-
-func nlink(fi fs.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
-	}
-	return 1
 }

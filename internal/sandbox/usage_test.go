@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -27,8 +28,12 @@ func TestUsageCountsHardLinksOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(1000 + len("inside data") + len("top")); u != want {
+	if want := diskBytes(t, fx.root); u != want {
 		t.Fatalf("usage = %d, want %d", u, want)
+	}
+	// Counted three times, big.bin would add two more blocks.
+	if u >= diskBytes(t, fx.root)+2*blockSize {
+		t.Fatal("hard links counted more than once")
 	}
 	if f.Usage() != u {
 		t.Fatal("Usage() is not the refreshed value")
@@ -134,10 +139,14 @@ func BenchmarkUsageWalk(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
+	want := diskBytes(b, dir)
+	if want < int64(files+files/perDir+10)*blockSize {
+		b.Fatalf("the tree occupies %d bytes: fewer than a block per entry", want)
+	}
 	b.ResetTimer()
 	for b.Loop() {
 		n, err := f.RefreshUsage(context.Background())
-		if err != nil || n != files*10 {
+		if err != nil || n != want {
 			b.Fatalf("usage %d, %v", n, err)
 		}
 	}
@@ -168,8 +177,8 @@ func TestRemoveAllReleasesUsage(t *testing.T) {
 	f := fx.fs
 	before, _ := f.RefreshUsage(context.Background())
 	makeTree(t, f, 60, 100)
-	if f.Usage() != before+6000 {
-		t.Fatalf("usage %d, want %d", f.Usage(), before+6000)
+	if want := diskBytes(t, fx.root); f.Usage() != want || want < before+60*blockSize {
+		t.Fatalf("usage %d, want %d (> %d + 60 blocks)", f.Usage(), want, before)
 	}
 	if err := f.RemoveAll(context.Background(), "/tree/"); err != nil {
 		t.Fatal(err)
@@ -222,7 +231,7 @@ func TestRemoveAllStopsOnCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left == 0 || left == 6000 {
+	if full := int64((60 + 7 + 21 + 1) * blockSize); left == 0 || left >= full {
 		t.Fatalf("%d bytes left: the removal did not stop half-way", left)
 	}
 	cached := f.Usage()
@@ -245,4 +254,38 @@ func (c *cancelAfter) Err() error {
 		c.cancel()
 	}
 	return c.Context.Err()
+}
+
+// diskBytes is what the disk limit counts below root, computed apart from
+// du: every entry's allocated bytes, at least one block, a file with
+// several links once, the root itself not counted.
+func diskBytes(t testing.TB, root string) int64 {
+	t.Helper()
+	n, err := diskBytesOf(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func diskBytesOf(root string) (int64, error) {
+	var n int64
+	seen := map[uint64]bool{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if seen[st.Ino] {
+			return nil
+		}
+		seen[st.Ino] = true
+		n += max(st.Blocks*512, blockSize)
+		return nil
+	})
+	return n, err
 }

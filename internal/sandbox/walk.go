@@ -221,39 +221,11 @@ func sameFile(a, b fs.FileInfo) bool {
 	return ok1 && ok2 && sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 
-type inode struct{ dev, ino uint64 }
-
-// du sums the apparent sizes of the regular files at and below rel,
-// counting each inode once and never following links.
-func (s *state) du(ctx context.Context, rel string) (int64, error) {
-	var total int64
-	seen := map[inode]struct{}{}
-	err := s.walk(ctx, rel, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d == nil || !d.Type().IsRegular() {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-			k := inode{uint64(st.Dev), st.Ino}
-			if _, dup := seen[k]; dup {
-				return nil
-			}
-			seen[k] = struct{}{}
-		}
-		total += fi.Size()
-		return nil
-	})
-	return total, err
-}
-
 // removeTree removes the entry base of the directory parent and, for a
 // directory, everything below it, never following a symbolic link. It
-// checks ctx before each entry and returns the apparent size of the
-// regular files it removed that had no other hard link (for the usage).
-func removeTree(ctx context.Context, parent *os.Root, base string) (int64, error) {
+// checks ctx before each entry and returns what the removal frees from the
+// usage (see freedBy).
+func (s *state) removeTree(ctx context.Context, parent *os.Root, base string) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -264,39 +236,39 @@ func removeTree(ctx context.Context, parent *os.Root, base string) (int64, error
 	if err != nil {
 		return 0, err
 	}
+	remove := func() error { return parent.Remove(base) }
 	if !fi.IsDir() {
-		if err := parent.Remove(base); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		freed, err := s.unlinkCharged(fi, remove)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return 0, err
 		}
-		if fi.Mode().IsRegular() && nlink(fi) <= 1 {
-			return fi.Size(), nil
-		}
-		return 0, nil
+		return freed, nil
 	}
 	var freed int64
 	// A directory that gains entries while it is emptied (a process still
 	// writing) is emptied again, a bounded number of times.
 	for range 3 {
-		n, err := emptyDir(ctx, parent, base, fi)
+		n, err := s.emptyDir(ctx, parent, base, fi)
 		freed += n
 		if err != nil {
 			return freed, err
 		}
-		err = parent.Remove(base)
+		dirFreed, err := s.unlinkCharged(fi, remove)
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
-			return freed, nil
+			return freed + dirFreed, nil
 		}
 		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 			return freed, err
 		}
 	}
-	return freed, parent.Remove(base)
+	dirFreed, err := s.unlinkCharged(fi, remove)
+	return freed + dirFreed, err
 }
 
 // emptyDir removes everything inside the directory base of parent, after
 // checking that what it opened is the directory that was lstat-ed (want):
 // a directory swapped for a link is not emptied.
-func emptyDir(ctx context.Context, parent *os.Root, base string, want fs.FileInfo) (int64, error) {
+func (s *state) emptyDir(ctx context.Context, parent *os.Root, base string, want fs.FileInfo) (int64, error) {
 	sub, err := parent.OpenRoot(base)
 	if err != nil {
 		return 0, err
@@ -309,12 +281,12 @@ func emptyDir(ctx context.Context, parent *os.Root, base string, want fs.FileInf
 	if !sameFile(want, got) {
 		return 0, ErrOutsideRoot
 	}
-	return removeChildren(ctx, sub)
+	return s.removeChildren(ctx, sub)
 }
 
 // removeChildren removes every entry of the directory dir (the root it
 // was opened as stays).
-func removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
+func (s *state) removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
 	d, err := dir.Open(".")
 	if err != nil {
 		return 0, err
@@ -324,7 +296,7 @@ func removeChildren(ctx context.Context, dir *os.Root) (int64, error) {
 	for {
 		names, rerr := d.Readdirnames(512)
 		for _, name := range names {
-			n, err := removeTree(ctx, dir, name)
+			n, err := s.removeTree(ctx, dir, name)
 			freed += n
 			if err != nil {
 				return freed, err

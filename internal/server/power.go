@@ -187,8 +187,13 @@ func (s *Server) start(ctx context.Context) error {
 	if limit := def.Config.Build.DiskLimitBytes(); limit != 0 {
 		s.daemonMessage("Checking server disk space usage, this could take a few seconds...")
 		used, err := s.files.RefreshUsage(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() != nil {
 			return err
+		}
+		// Any other error is a directory the count could not read: the
+		// usage then counts as over the limit (checked just below).
+		if err != nil {
+			s.log.Warn("disk usage walk failed", "error", err)
 		}
 		if limit < 0 || used > limit {
 			s.daemonMessage("Server is out of disk space: it cannot be started.")
