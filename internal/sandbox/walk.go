@@ -427,3 +427,26 @@ func (f *FS) LchownEntry(rel string, d fs.DirEntry, uid, gid int) error {
 	}
 	return wrap(op, rel, unix.Fchownat(e.dir.fd, e.name, uid, gid, unix.AT_SYMLINK_NOFOLLOW))
 }
+
+// ReadlinkEntry reads the target of the symbolic link d that Walk is
+// reporting at rel, relative to the directory the walk listed it in (no
+// walk from the root, no name longer than the walk's own). It must be
+// called from the walk's fn for that entry; any other d is read by name.
+func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
+	e, ok := f.entryOf(d)
+	if !ok {
+		return f.Readlink(rel)
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(e.dir.fd, e.name, buf)
+		if err != nil {
+			return "", wrap("readlink", rel, err)
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
