@@ -75,7 +75,7 @@ func (m *Manager) Compress(ctx context.Context, req CompressRequest) (Stat, erro
 		if rootRel != "" {
 			full = rootRel + "/" + rel
 		}
-		if full == archiveRel || m.FS.DeniedEntry(full) {
+		if full == archiveRel || m.FS.DeniedWalkEntry(full, d) {
 			return true
 		}
 		return !sel.includes(rel, d.IsDir())

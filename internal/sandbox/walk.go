@@ -194,6 +194,32 @@ func (f *FS) deniedWalked(rel string) bool {
 	return d != nil && d.match(strings.TrimPrefix(rel, "/"))
 }
 
+// DeniedWalkEntry is DeniedEntry for the entry d that Walk is reporting at
+// rel, in time linear in its depth: whether its directory or an ancestor
+// is denied is worked out once per directory of the walk (matching every
+// prefix of a name thousands of components deep for each of its entries
+// would cost seconds per entry). Any other d is checked by name.
+func (f *FS) DeniedWalkEntry(rel string, d fs.DirEntry) bool {
+	e, ok := f.entryOf(d)
+	if !ok {
+		return f.DeniedEntry(rel)
+	}
+	if f.trusted {
+		return false
+	}
+	dl := f.s.deny.Load()
+	if dl == nil {
+		return false
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	up, _ := split(rel)
+	if e.dir.deniedDir(dl, up) {
+		return true
+	}
+	parts := strings.Split(rel, "/")
+	return dl.m.Match(parts, false) || dl.m.Match(parts, true)
+}
+
 // ReadHead reads up to len(buf) bytes from the start of the regular file d
 // that Walk is reporting at rel (to type it), with three system calls and
 // no *os.File: openat relative to the walked directory with O_NOFOLLOW (a
@@ -217,7 +243,7 @@ func (f *FS) ReadHead(rel string, d fs.DirEntry, buf []byte) (int, error) {
 		return n, err
 	}
 	rel = strings.TrimPrefix(rel, "/")
-	if f.deniedWalked(rel) {
+	if f.DeniedWalkEntry(rel, d) {
 		return 0, newErr("read", rel, ErrDenied)
 	}
 	fd, err := openat(e.dir.fd, e.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY)
@@ -245,7 +271,7 @@ func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
 		return f.open("open", rel)
 	}
 	rel = strings.TrimPrefix(rel, "/")
-	if f.deniedWalked(rel) {
+	if f.DeniedWalkEntry(rel, d) {
 		return nil, newErr("open", rel, ErrDenied)
 	}
 	// O_NONBLOCK, as in open: a FIFO swapped in for the listed file must
@@ -276,7 +302,8 @@ func (f *FS) checkEntryOpened(rel string, file *os.File) error {
 	if !ok {
 		return &Error{Op: "open", Path: display(rel), Kind: ErrUncheckable, Errno: syscall.ENAMETOOLONG}
 	}
-	if f.s.deny.Load().match(real) {
+	// Where it was listed: the name was checked already (DeniedWalkEntry).
+	if real != rel && f.s.deny.Load().match(real) {
 		return newErr("open", rel, ErrDenied)
 	}
 	return nil
@@ -419,7 +446,7 @@ func (f *FS) LchownEntry(rel string, d fs.DirEntry, uid, gid int) error {
 		return f.Lchown(rel, uid, gid)
 	}
 	rel = strings.TrimPrefix(rel, "/")
-	if f.deniedWalked(rel) {
+	if f.DeniedWalkEntry(rel, d) {
 		return newErr(op, rel, ErrDenied)
 	}
 	if (uid < 0 || int(e.st.Uid) == uid) && (gid < 0 || int(e.st.Gid) == gid) {

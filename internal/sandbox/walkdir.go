@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -32,6 +33,8 @@ type level struct {
 	id   inode
 	name string // its name in its parent (for reopening by name)
 	up   *level // its parent; nil at the start of the walk
+
+	denied atomic.Int32 // see deniedDir: 0 not known yet, 1 no, 2 yes
 }
 
 func (l *level) close() {
@@ -259,3 +262,31 @@ var (
 	ErrUncheckable error = &sentinel{msg: "file lies too deep to be checked against the denylist",
 		user: usererr.New(usererr.Invalid, "A file lies too deep in the tree to be checked against the egg's denylist.")}
 )
+
+// deniedDir reports whether the directory l of the walk, at rel, or one of
+// its ancestors matches the denylist dl, computed once per directory (the
+// walk never changes dl midway: a denylist replaced during a walk applies
+// from the next one). Concurrent callers may compute it twice, the same.
+func (l *level) deniedDir(dl *denylist, rel string) bool {
+	switch l.denied.Load() {
+	case 1:
+		return false
+	case 2:
+		return true
+	}
+	var v bool
+	switch {
+	case rel == "." || rel == "":
+	case l.up == nil:
+		v = dl.match(rel) // where the walk starts: every prefix, once
+	default:
+		up, _ := split(rel)
+		v = l.up.deniedDir(dl, up) || dl.m.Match(strings.Split(rel, "/"), true)
+	}
+	if v {
+		l.denied.Store(2)
+	} else {
+		l.denied.Store(1)
+	}
+	return v
+}
