@@ -139,7 +139,7 @@ func TestWalksOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 	switch {
 	case res.StatusCode == 200:
 		if got, ok := tarFileContent(t, archive, bottom); !ok || got != "the bottom of the tree" {
-			t.Fatalf("compress answered 200 with an archive that lacks the bottom file (found %v, %q)", ok, got)
+			t.Errorf("compress answered 200 with an archive that lacks the bottom file (found %v, %q)", ok, got)
 		}
 	case res.StatusCode >= 500:
 		t.Fatalf("compress: %d %s", res.StatusCode, body)
@@ -162,7 +162,7 @@ func TestWalksOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 	t.Logf("backup successful: %v", st.Successful)
 	if st.Successful {
 		if got, ok := tarFileContent(t, backup, bottom); !ok || got != "the bottom of the tree" {
-			t.Fatalf("the backup was reported successful but lacks the bottom file (found %v, %q)", ok, got)
+			t.Errorf("the backup was reported successful but lacks the bottom file (found %v, %q)", ok, got)
 		}
 	} else if !strings.Contains(n.log.String(), "backup failed") {
 		t.Fatalf("the backup failed without saying why in the log:\n%s", n.log)
@@ -196,7 +196,7 @@ func TestCompressOfATreeTooDeepToCheckFailsClearly(t *testing.T) {
 	} else {
 		var e struct{ Error string }
 		_ = json.Unmarshal(body, &e)
-		if res.StatusCode != 400 || !strings.Contains(e.Error, "too deep") {
+		if res.StatusCode != 400 || !strings.Contains(e.Error, "too deep") || !strings.Contains(e.Error, "/d/d/d/") {
 			t.Fatalf("compress: %d %s", res.StatusCode, body)
 		}
 		if _, err := os.Stat(n.fpath("deep.tar.gz")); !errors.Is(err, os.ErrNotExist) {

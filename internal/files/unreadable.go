@@ -3,6 +3,7 @@ package files
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/usererr"
@@ -19,10 +20,14 @@ func unreadable(err error, outcome string) error {
 	if err == nil {
 		return nil
 	}
+	var se *sandbox.Error
+	if errors.Is(err, sandbox.ErrUncheckable) && errors.As(err, &se) {
+		return usererr.Wrap(err, usererr.Invalid, fmt.Sprintf("Cannot check %s against the egg's denylist: it lies too deep in the tree (%d levels): %s",
+			sandbox.ShortPath(se.Path), strings.Count(se.Path, "/")-1, outcome))
+	}
 	if _, ok := usererr.From(err); ok {
 		return err
 	}
-	var se *sandbox.Error
 	if !errors.As(err, &se) {
 		return err
 	}

@@ -247,7 +247,7 @@ func ShortPath(p string) string {
 	if len(p) <= 2*keep+20 {
 		return p
 	}
-	return p[:keep] + " … (" + strconv.Itoa(strings.Count(p, "/")) + " levels) … " + p[len(p)-keep:]
+	return p[:keep] + " … (" + strconv.Itoa(strings.Count(p, "/")) + " components) … " + p[len(p)-keep:]
 }
 
 // Errors of walks (see Walk).
