@@ -141,13 +141,19 @@ func kindOf(m fs.FileMode) byte {
 // treeEntry filters a walk of the tree: the root itself and entries that
 // vanished during the walk are skipped (ok false); any other error (a
 // part of the tree that could not be read, or the root) ends the walk, and
-// the transfer fails rather than leave that part behind.
+// the transfer fails rather than leave that part behind; so does a name
+// longer than the wire carries (a tree thousands of levels deep).
 func treeEntry(rel string, err error) (ok bool, _ error) {
 	if err != nil {
 		if rel == "." || !sandbox.Vanished(err) {
 			return false, err
 		}
 		return false, nil // vanished during the walk
+	}
+	if len(rel) > maxNameLen {
+		// The target would refuse the stream as invalid: say why, here.
+		return false, fmt.Errorf("%s: a name of %d bytes, a live transfer carries names of at most %d",
+			sandbox.ShortPath("/"+rel), len(rel), maxNameLen)
 	}
 	return rel != ".", nil
 }
