@@ -315,12 +315,18 @@ func readDeep(t *testing.T, dir string, depth int) (string, error) {
 	return string(buf[:n]), nil
 }
 
-// A transfer (classic and live) of a server whose game made a tree 2,500
-// levels deep, from a source at a descriptor limit of 256: the target
-// either reports success and has the file at the bottom, or the transfer
-// is reported failed; never a success without the subtree.
+// A transfer (classic and live) of a server whose game made a deep tree,
+// from a source at a descriptor limit of 256: the target either reports
+// success and has the file at the bottom, or the transfer is reported
+// failed; never a success without the subtree. The live transfer's tree
+// is 2,000 levels deep, so that its names fit the live wire (4,096 bytes;
+// a deeper one fails at the source with a message naming the path).
 func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 	for i, live := range []bool{false, true} {
+		depth := walkDepth
+		if live {
+			depth = 2000
+		}
 		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
 			id := fmt.Sprintf("7a0000d%d-0000-4000-8000-0000000000d%d", i, i)
 			mutate := func(name string, c *config.Config) {
@@ -331,7 +337,7 @@ func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 				}
 			}
 			c := startCluster(t, []devpanel.Server{transferServer(t, id)}, mutate)
-			makeDeepTree(t, c.Source.dataDir(id), walkDepth, "the bottom of the tree")
+			makeDeepTree(t, c.Source.dataDir(id), depth, "the bottom of the tree")
 			c.Source.limitFDs(t, daemonFDLimit)
 
 			c.startTransfer(id)
@@ -346,7 +352,7 @@ func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 			t.Logf("reports: %v", reports)
 			owner := c.Source
 			if slices.Contains(reports, "success") {
-				got, err := readDeep(t, c.Target.dataDir(id), walkDepth)
+				got, err := readDeep(t, c.Target.dataDir(id), depth)
 				if err != nil || got != "the bottom of the tree" {
 					t.Fatalf("the transfer was reported successful but the target lacks the bottom file: %q, %v", got, err)
 				}
