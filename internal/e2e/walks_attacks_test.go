@@ -52,7 +52,8 @@ func (n *node) limitFDs(t *testing.T, limit uint64) {
 // makeDeepTree makes what a game process can make in its directory:
 // depth directories "d" one in the other under dir (each made relative to
 // its parent's descriptor, the full path being too long for the kernel),
-// with a file next to every directory and "bottom.txt" at the end. It
+// with a file and an empty directory next to every "d", and "bottom.txt"
+// at the end. It
 // returns the bottom file's path relative to dir.
 func makeDeepTree(t *testing.T, dir string, depth int, bottom string) string {
 	t.Helper()
@@ -72,6 +73,12 @@ func makeDeepTree(t *testing.T, dir string, depth int, bottom string) string {
 	}
 	for i := range depth {
 		write(fd, "f", fmt.Sprint(i))
+		// An empty directory listed before "d": a walk that keeps a
+		// directory open until all its subdirectories are taken holds
+		// every level of the chain.
+		if err := unix.Mkdirat(fd, "a", 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
 			t.Fatal(err)
 		}

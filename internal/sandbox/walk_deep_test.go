@@ -65,11 +65,13 @@ func openFDs(t testing.TB) int {
 // A walk of a tree 2,500 levels deep (a path of 5,000 bytes) reports
 // every level and the file at the bottom, reads it through OpenEntry, and
 // never holds more than a few descriptors above heldLevels; so does the
-// parallel walk, with a second subdirectory at every level.
+// parallel walk. Every level has a second subdirectory, listed before the
+// chain's, so that a walk keeping a directory open until all its
+// subdirectories are taken would hold every level.
 func TestWalkOfADeepTreeHoldsFewDescriptors(t *testing.T) {
 	const depth = 2500
 	fx := newFixture(t, Options{UID: -1, GID: -1})
-	want := deepChain(t, filepath.Join(fx.root, "inside"), depth, "s", "at the bottom")
+	want := deepChain(t, filepath.Join(fx.root, "inside"), depth, "a", "at the bottom")
 	want = "inside/" + want
 	for _, parallel := range []bool{false, true} {
 		base := openFDs(t)
@@ -87,7 +89,7 @@ func TestWalkOfADeepTreeHoldsFewDescriptors(t *testing.T) {
 				peak = max(peak, openFDs(t))
 			}
 			switch {
-			case d.Name() == "s":
+			case d.Name() == "a":
 				sides++
 			case d.IsDir():
 				dirs++
