@@ -317,3 +317,26 @@ func TestDeniedWalkEntryAgreesWithDeniedEntry(t *testing.T) {
 		t.Fatal("nothing was denied: the test checks nothing")
 	}
 }
+
+// BenchmarkWalkDeep: a walk of a 2,500-level chain (a second directory at
+// every level), sequential and parallel: every level below heldLevels is
+// closed and reopened through "..".
+func BenchmarkWalkDeep(b *testing.B) {
+	fx := newFixture(b, Options{UID: -1, GID: -1})
+	deepChain(b, filepath.Join(fx.root, "inside"), 2500, "a", "x")
+	count := func(string, fs.DirEntry, error) error { return nil }
+	b.Run("sequential", func(b *testing.B) {
+		for b.Loop() {
+			if err := fx.fs.Walk("inside", count); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		for b.Loop() {
+			if err := fx.fs.WalkParallel(context.Background(), "inside", 2, count); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
