@@ -208,11 +208,10 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 			}
 		}
 		if err != nil {
-			if rel == "." {
-				return err
+			if rel == "." || !sandbox.Vanished(err) {
+				return err // a part of the tree could not be read
 			}
-			// A directory swapped or vanished during the walk: leave it out.
-			return nil
+			return nil // removed or swapped during the walk: no longer there
 		}
 		if rel == "." {
 			if !d.IsDir() {
@@ -246,7 +245,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		}
 		fi, err := d.Info()
 		if err != nil {
-			return nil // vanished since the listing
+			return err
 		}
 		hdr := header(rel, fi)
 		switch {
@@ -257,7 +256,7 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := src.ReadlinkEntry(full, d)
 			if err != nil {
-				return nil
+				return vanishedIsNil(err)
 			}
 			hdr.Typeflag = tar.TypeSymlink
 			hdr.Linkname = target
@@ -330,18 +329,27 @@ func header(rel string, fi fs.FileInfo) *tar.Header {
 	}
 }
 
-// writeFile stores the regular file d; one that vanished or is no longer
-// a regular file is left out. ctx is checked before every chunk, so that a
-// huge (even sparse) file stops being read as soon as the caller is gone.
+// writeFile stores the regular file d; one that vanished, is no longer a
+// regular file, or is denied (a directory on its way renamed since the
+// listing) is left out. One that cannot be opened or read otherwise is an
+// error naming it: the archive would silently miss it. ctx is checked
+// before every chunk, so that a huge (even sparse) file stops being read
+// as soon as the caller is gone.
 func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
 	f, err := src.OpenEntry(full, d)
 	if err != nil {
-		return nil // vanished, or swapped for a link leading out: leave it out
+		if errors.Is(err, sandbox.ErrDenied) {
+			return nil
+		}
+		return vanishedIsNil(err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil // swapped for a FIFO, a device…
 	}
 	hdr := header(rel, fi)
 	hdr.Typeflag = tar.TypeReg
@@ -355,7 +363,11 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 		dst = io.MultiWriter(tw, h)
 	}
 	n, err := io.CopyBuffer(dst, io.LimitReader(ctxReader{ctx, onlyReader{f}}, hdr.Size), buf)
-	if err != nil && !isReadErr(err) {
+	var rerr readErr
+	if errors.As(err, &rerr) {
+		return rerr.error // the file's own error, which names it
+	}
+	if err != nil {
 		return err
 	}
 	if n < hdr.Size { // the file shrank: pad to the declared size
@@ -373,13 +385,17 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 	return nil
 }
 
+// vanishedIsNil leaves out an entry that went away during the walk (see
+// sandbox.Vanished) and keeps any other error.
+func vanishedIsNil(err error) error {
+	if sandbox.Vanished(err) {
+		return nil
+	}
+	return err
+}
+
 // readErr marks an error of the source file, as opposed to the archive.
 type readErr struct{ error }
-
-func isReadErr(err error) bool {
-	var r readErr
-	return errors.As(err, &r)
-}
 
 // onlyReader hides other methods of the file (io.CopyBuffer must use the
 // buffer) and marks its errors.

@@ -75,7 +75,7 @@ func (m *Manager) Compress(ctx context.Context, req CompressRequest) (Stat, erro
 		if rootRel != "" {
 			full = rootRel + "/" + rel
 		}
-		if full == archiveRel || m.FS.DeniedEntry(full) {
+		if full == archiveRel || m.FS.DeniedWalkEntry(full, d) {
 			return true
 		}
 		return !sel.includes(rel, d.IsDir())
@@ -97,7 +97,7 @@ func (m *Manager) Compress(ctx context.Context, req CompressRequest) (Stat, erro
 		if errors.Is(err, sandbox.ErrNoSpace) {
 			return Stat{}, ErrNoSpace
 		}
-		return Stat{}, err
+		return Stat{}, unreadable(err, "the archive was not made.")
 	}
 	st, err := m.StatOf(name)
 	if err == nil && kind == "tar.gz" {
@@ -217,10 +217,13 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 		if rootRel != "" {
 			rel = strings.TrimPrefix(strings.TrimPrefix(full, rootRel), "/")
 		}
-		if err != nil || rel == "" || rel == "." {
-			if err != nil && (rel == "" || rel == ".") {
-				return err
+		if err != nil {
+			if rel == "" || rel == "." || !sandbox.Vanished(err) {
+				return err // a part of the tree could not be read
 			}
+			return nil // removed or swapped during the walk
+		}
+		if rel == "" || rel == "." {
 			return nil
 		}
 		if skip(rel, d) {
@@ -231,7 +234,7 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 		}
 		fi, err := d.Info()
 		if err != nil {
-			return nil
+			return err
 		}
 		switch {
 		case d.IsDir():
@@ -242,7 +245,7 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 		case fi.Mode()&fs.ModeSymlink != 0:
 			target, err := m.FS.ReadlinkEntry(full, d)
 			if err != nil {
-				return nil
+				return vanishedIsNil(err)
 			}
 			h, _ := zip.FileInfoHeader(fi)
 			h.Name, h.Method = rel, zip.Store
@@ -255,12 +258,18 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 		case fi.Mode().IsRegular():
 			f, err := m.FS.OpenEntry(full, d)
 			if err != nil {
-				return nil
+				if errors.Is(err, sandbox.ErrDenied) {
+					return nil // a directory on its way renamed into a denied place
+				}
+				return vanishedIsNil(err)
 			}
 			defer f.Close()
 			fi, err := f.Stat()
-			if err != nil || !fi.Mode().IsRegular() {
-				return nil
+			if err != nil {
+				return err
+			}
+			if !fi.Mode().IsRegular() {
+				return nil // swapped for a FIFO, a device…
 			}
 			h, _ := zip.FileInfoHeader(fi)
 			h.Name, h.Method = rel, zip.Deflate
@@ -279,6 +288,15 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 		return err
 	}
 	return zw.Close()
+}
+
+// vanishedIsNil leaves out an entry that went away during the walk (see
+// sandbox.Vanished) and keeps any other error.
+func vanishedIsNil(err error) error {
+	if sandbox.Vanished(err) {
+		return nil
+	}
+	return err
 }
 
 // readOnly hides a file's other methods so that io.CopyBuffer uses the buffer.

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // Search bounds.
@@ -49,10 +51,10 @@ func (m *Manager) Search(ctx context.Context, dir, pattern string) ([]Stat, erro
 	head := make([]byte, sniffLen)
 	err = m.FS.WalkContext(ctx, dir, func(full string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if full == base || (base == "" && full == ".") {
-				return err
+			if full == base || (base == "" && full == ".") || !sandbox.Vanished(err) {
+				return err // a part of the tree could not be read
 			}
-			return nil
+			return nil // removed or swapped during the walk
 		}
 		rel := full
 		if base != "" {
@@ -74,7 +76,7 @@ func (m *Manager) Search(ctx context.Context, dir, pattern string) ([]Stat, erro
 		}
 		info, err := d.Info()
 		if err != nil {
-			return nil
+			return err
 		}
 		mime := MimeBinary
 		switch {
@@ -91,5 +93,8 @@ func (m *Manager) Search(ctx context.Context, dir, pattern string) ([]Stat, erro
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, unreadable(err, "the search was not finished.")
+	}
+	return out, nil
 }

@@ -156,17 +156,7 @@ func (f *FS) Denied(name string) bool {
 // DeniedEntry is Denied for an entry Walk reports at rel: the name is
 // matched as it is, without resolving links on it (Walk never follows one
 // below the directory it walks), so it costs no system call.
-func (f *FS) DeniedEntry(rel string) bool {
-	if f.trusted {
-		return false
-	}
-	d := f.s.deny.Load()
-	if d == nil {
-		return false
-	}
-	c, err := cleanWalked("check", rel)
-	return err != nil || d.match(c)
-}
+func (f *FS) DeniedEntry(rel string) bool { return f.deniedWalked(rel) }
 
 // checkDeny refuses rel when it, or the name it resolves to through
 // in-root symbolic links, is denied.

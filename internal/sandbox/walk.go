@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
 	"syscall"
 
@@ -18,9 +17,19 @@ import (
 // ("." for the root, "plugins/x.jar" below it). Symbolic links are reported
 // as entries (d.Type() has fs.ModeSymlink) and never followed, dir itself
 // included. d.Info() is the entry's own lstat data, taken relative to its
-// parent directory's descriptor. fs.SkipDir and fs.SkipAll work as in
-// fs.WalkDir. A directory swapped for something else during the walk is
-// skipped and reported to fn with ErrOutsideRoot.
+// parent directory's descriptor when the directory was listed. fs.SkipDir
+// and fs.SkipAll work as in fs.WalkDir.
+//
+// The walk holds a bounded number of descriptors however deep the tree
+// (see heldLevels), and it loses nothing silently: a directory or entry it
+// cannot open or read is reported to fn with the error (d may then be
+// nil), whose path names it. Vanished tells the errors that only say an
+// entry went away while the walk ran (removed, or a directory swapped for
+// a link or a file: it is then not walked into) from those that mean a
+// part of the tree could not be read; callers leave the first kind out and
+// fail with the second. The walk itself fails, without asking fn, when a
+// directory it had to leave to save descriptors moved before it could come
+// back (ErrWalkMoved): it can then not tell what it covered.
 func (f *FS) Walk(dir string, fn fs.WalkDirFunc) error {
 	return f.WalkContext(context.Background(), dir, fn)
 }
@@ -35,97 +44,180 @@ func (f *FS) WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) err
 }
 
 func (s *state) walk(ctx context.Context, rel string, fn fs.WalkDirFunc) error {
-	fi, err := s.root.Lstat(rel)
-	if err != nil {
-		err = fn(rel, nil, wrap("walk", rel, err))
-	} else {
-		err = s.walkDir(ctx, s.root, rel, rel, fs.FileInfoToDirEntry(fi), fn)
-	}
-	if err == fs.SkipDir || err == fs.SkipAll {
-		return nil
-	}
-	return err
+	w := &walker{s: s, ctx: ctx, fn: fn, buf: make([]byte, direntBuf)}
+	return skipAllIsNil(w.start(rel))
 }
 
-func (s *state) walkDir(ctx context.Context, parent *os.Root, base, rel string, d fs.DirEntry, fn fs.WalkDirFunc) error {
-	if err := fn(rel, d, nil); err != nil || !d.IsDir() {
-		if err == fs.SkipDir && d.IsDir() {
-			err = nil
-		}
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	sub, dir, entries, err := openDir(parent, base, d)
+// direntBuf is the size of the buffer a walk reads directory entries into.
+const direntBuf = 32 << 10
+
+// walker is one sequential walk.
+type walker struct {
+	s   *state
+	ctx context.Context
+	fn  fs.WalkDirFunc
+	buf []byte
+}
+
+// start reports rel and, when it is a directory, walks it.
+func (w *walker) start(rel string) error {
+	fi, err := w.s.root.Lstat(rel)
 	if err != nil {
-		err = fn(rel, d, wrap("walk", rel, err))
-		if err == fs.SkipDir {
-			err = nil
-		}
+		return w.fn(rel, nil, wrap("walk", rel, err))
+	}
+	d := fs.FileInfoToDirEntry(fi)
+	if err := w.fn(rel, d, nil); err != nil || !d.IsDir() {
 		return err
 	}
-	defer sub.Close()
-	defer dir.Close()
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	top, err := w.s.openStart(rel, fi)
+	if err != nil {
+		return skipDirIsNil(w.fn(rel, d, wrap("walk", rel, err)))
+	}
+	defer top.close()
+	return skipDirIsNil(w.children(top, 0, rel, d))
+}
+
+// children lists the open directory dir (at depth below the start) and
+// walks its entries.
+func (w *walker) children(dir *level, depth int, rel string, d fs.DirEntry) error {
+	entries, bad, err := listLevel(dir, w.buf)
+	if err != nil {
+		return skipDirIsNil(w.fn(rel, d, wrap("walk", joinRel(rel, bad), err)))
+	}
 	for _, e := range entries {
-		child := e.Name()
-		if rel != "." {
-			child = rel + "/" + child
+		child := joinRel(rel, e.name)
+		cd := walkEntry{e, dir, w.s}
+		err := w.fn(child, cd, nil)
+		if err == nil && e.IsDir() {
+			err = w.enter(dir, depth+1, child, cd)
 		}
-		if err := s.walkDir(ctx, sub, e.Name(), child, walkEntry{e, sub, dir, s}, fn); err != nil {
-			if err == fs.SkipDir {
-				break
-			}
+		if err == fs.SkipDir && !e.IsDir() {
+			return nil // fs.WalkDir: the rest of this directory is skipped
+		}
+		if err != nil && err != fs.SkipDir {
 			return err
 		}
 	}
 	return nil
 }
 
-// openDir opens the directory base of parent as a new root and lists it,
-// after checking that what was opened is the directory that was lstat-ed
-// (d): a directory swapped for a link between the listing and the open is
-// not walked into. dir is the directory itself, open while it is walked.
-func openDir(parent *os.Root, base string, d fs.DirEntry) (*os.Root, *os.File, []fs.DirEntry, error) {
-	want, err := d.Info()
+// enter walks the subdirectory d of parent. Beyond heldLevels the parent's
+// descriptor is closed meanwhile and reopened afterwards.
+func (w *walker) enter(parent *level, depth int, rel string, d walkEntry) error {
+	if err := w.ctx.Err(); err != nil {
+		return err
+	}
+	sub, err := openLevel(parent, d.name, d.id())
 	if err != nil {
-		return nil, nil, nil, err
+		return skipDirIsNil(w.fn(rel, d, wrap("walk", rel, err)))
 	}
-	sub, err := parent.OpenRoot(base)
+	defer sub.close()
+	if depth > heldLevels {
+		parent.close()
+	}
+	if err := w.children(sub, depth, rel, d); err != nil {
+		return err
+	}
+	if parent.fd < 0 {
+		if err := reopenParent(sub); err != nil {
+			up, _ := split(rel)
+			return &Error{Op: "walk", Path: display(up), Kind: ErrWalkMoved}
+		}
+	}
+	return nil
+}
+
+// openStart opens the directory rel (lstat-ed as fi) where a walk starts,
+// through the root (in-root links on the way to it are followed, as by
+// every operation that takes a name), checking that it is still fi.
+func (s *state) openStart(rel string, fi fs.FileInfo) (*level, error) {
+	f, err := s.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	got, err := sub.Stat(".")
+	defer f.Close()
+	rc, err := f.SyscallConn()
 	if err != nil {
-		_ = sub.Close()
-		return nil, nil, nil, err
+		return nil, err
 	}
-	if !sameFile(want, got) {
-		_ = sub.Close()
-		return nil, nil, nil, ErrOutsideRoot
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(x uintptr) { fd, derr = unix.FcntlInt(x, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
 	}
-	dir, err := sub.Open(".")
-	if err != nil {
-		_ = sub.Close()
-		return nil, nil, nil, err
+	if derr != nil {
+		return nil, derr
 	}
-	entries, err := dir.ReadDir(-1)
-	if err != nil {
-		_ = dir.Close()
-		_ = sub.Close()
-		return nil, nil, nil, err
+	l := &level{fd: fd}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if id, err := fdInode(fd); err != nil || !ok || id != (inode{uint64(st.Dev), st.Ino}) {
+		l.close()
+		if err != nil {
+			return nil, err
+		}
+		return nil, ErrOutsideRoot
 	}
-	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
-	return sub, dir, entries, nil
+	l.id = inode{uint64(st.Dev), st.Ino}
+	return l, nil
+}
+
+func skipDirIsNil(err error) error {
+	if err == fs.SkipDir {
+		return nil
+	}
+	return err
 }
 
 // walkEntry is an entry reported by Walk, with the directory it was listed
 // in (open while fn runs for it) and the sandbox it belongs to.
 type walkEntry struct {
-	fs.DirEntry
-	dir     *os.Root
-	dirFile *os.File
-	s       *state
+	*statEntry
+	dir *level
+	s   *state
+}
+
+// entryOf returns the walk entry d is, when it belongs to f's sandbox.
+func (f *FS) entryOf(d fs.DirEntry) (walkEntry, bool) {
+	e, ok := d.(walkEntry)
+	return e, ok && e.s == f.s && e.dir.fd >= 0
+}
+
+// deniedWalked is DeniedEntry for a name the walk made: already clean, and
+// possibly deeper than any name a user may give.
+func (f *FS) deniedWalked(rel string) bool {
+	if f.trusted {
+		return false
+	}
+	d := f.s.deny.Load()
+	return d != nil && d.match(strings.TrimPrefix(rel, "/"))
+}
+
+// DeniedWalkEntry is DeniedEntry for the entry d that Walk is reporting at
+// rel, in time linear in its depth: whether its directory or an ancestor
+// is denied is worked out once per directory of the walk (matching every
+// prefix of a name thousands of components deep for each of its entries
+// would cost seconds per entry). Any other d is checked by name.
+func (f *FS) DeniedWalkEntry(rel string, d fs.DirEntry) bool {
+	e, ok := f.entryOf(d)
+	if !ok {
+		return f.DeniedEntry(rel)
+	}
+	if f.trusted {
+		return false
+	}
+	dl := f.s.deny.Load()
+	if dl == nil {
+		return false
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	up, _ := split(rel)
+	if e.dir.deniedDir(dl, up) {
+		return true
+	}
+	parts := strings.Split(rel, "/")
+	return dl.m.Match(parts, false) || dl.m.Match(parts, true)
 }
 
 // ReadHead reads up to len(buf) bytes from the start of the regular file d
@@ -137,8 +229,8 @@ type walkEntry struct {
 // directory are not resolved for this check). It must be called from the
 // walk's fn for that entry; any other d is opened by name.
 func (f *FS) ReadHead(rel string, d fs.DirEntry, buf []byte) (int, error) {
-	e, ok := d.(walkEntry)
-	if !ok || e.s != f.s {
+	e, ok := f.entryOf(d)
+	if !ok {
 		file, err := f.open("read", rel)
 		if err != nil {
 			return 0, err
@@ -150,69 +242,71 @@ func (f *FS) ReadHead(rel string, d fs.DirEntry, buf []byte) (int, error) {
 		}
 		return n, err
 	}
-	crel, err := cleanWalked("read", rel)
+	rel = strings.TrimPrefix(rel, "/")
+	if f.DeniedWalkEntry(rel, d) {
+		return 0, newErr("read", rel, ErrDenied)
+	}
+	fd, err := openat(e.dir.fd, e.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY)
 	if err != nil {
-		return 0, err
+		return 0, wrap("read", rel, err)
 	}
-	if !f.trusted {
-		if dl := f.s.deny.Load(); dl != nil && dl.match(crel) {
-			return 0, newErr("read", crel, ErrDenied)
-		}
-	}
-	rc, err := e.dirFile.SyscallConn()
-	if err != nil {
-		return 0, wrap("read", crel, err)
-	}
-	var n int
-	var rerr error
-	if err := rc.Control(func(dfd uintptr) {
-		fd, err := unix.Openat(int(dfd), e.Name(), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-		if err != nil {
-			rerr = err
-			return
-		}
-		n, rerr = unix.Pread(fd, buf, 0)
-		_ = unix.Close(fd)
-	}); err != nil {
-		return 0, wrap("read", crel, err)
-	}
+	defer unix.Close(fd)
+	n, err := unix.Pread(fd, buf, 0)
 	if n < 0 {
 		n = 0
 	}
-	return n, wrap("read", crel, rerr)
+	return n, wrap("read", rel, err)
 }
 
 // OpenEntry opens for reading the entry d that Walk is reporting at rel, as
 // Open(rel) does, but through the descriptor of the directory the walk
 // listed it in: one openat instead of one per path component, which counts
-// when archiving tens of thousands of files. It must be called from the
+// when archiving tens of thousands of files, and no name longer than the
+// walk's own. A link swapped in for the entry is not followed
+// (ErrOutsideRoot, which Vanished accepts). It must be called from the
 // walk's fn for that entry; any other d is opened by name.
 func (f *FS) OpenEntry(rel string, d fs.DirEntry) (*File, error) {
-	e, ok := d.(walkEntry)
-	if !ok || e.s != f.s {
+	e, ok := f.entryOf(d)
+	if !ok {
 		return f.open("open", rel)
 	}
-	// The name is matched as it is (no link resolution: checkOpened below
-	// checks the file actually opened, which covers any link on the way).
-	if f.DeniedEntry(rel) {
-		return nil, newErr("open", strings.TrimPrefix(rel, "/"), ErrDenied)
-	}
-	rel, err := cleanWalked("open", rel)
-	if err != nil {
-		return nil, err
+	rel = strings.TrimPrefix(rel, "/")
+	if f.DeniedWalkEntry(rel, d) {
+		return nil, newErr("open", rel, ErrDenied)
 	}
 	// O_NONBLOCK, as in open: a FIFO swapped in for the listed file must
 	// not hold the walk until a writer comes (callers refuse what is not a
 	// regular file once it is open).
-	file, err := e.dir.OpenFile(e.Name(), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	fd, err := openat(e.dir.fd, e.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY)
 	if err != nil {
 		return nil, wrap("open", rel, err)
 	}
-	if err := f.checkOpened("open", rel, file); err != nil {
+	file := os.NewFile(uintptr(fd), e.name)
+	if err := f.checkEntryOpened(rel, file); err != nil {
 		_ = file.Close()
 		return nil, err
 	}
 	return &File{f: file, s: f.s, rel: rel}, nil
+}
+
+// checkEntryOpened is checkOpened for a walked entry (a directory on its
+// way may have been renamed into a denied place since it was listed). When
+// the kernel cannot name the file (a path longer than PATH_MAX, which a
+// deep tree has) the entry cannot be checked: that is an error naming it,
+// not a denial that would leave it silently out of an archive.
+func (f *FS) checkEntryOpened(rel string, file *os.File) error {
+	if f.trusted || f.s.deny.Load() == nil {
+		return nil
+	}
+	real, ok := f.s.fdRel(file)
+	if !ok {
+		return &Error{Op: "open", Path: display(rel), Kind: ErrUncheckable, Errno: syscall.ENAMETOOLONG}
+	}
+	// Where it was listed: the name was checked already (DeniedWalkEntry).
+	if real != rel && f.s.deny.Load().match(real) {
+		return newErr("open", rel, ErrDenied)
+	}
+	return nil
 }
 
 func sameFile(a, b fs.FileInfo) bool {
@@ -319,29 +413,39 @@ func (s *state) removeChildren(ctx context.Context, dir *os.Root) (int64, error)
 // walk's fn for that entry; any other d is changed by name (Lchown).
 func (f *FS) LchownEntry(rel string, d fs.DirEntry, uid, gid int) error {
 	const op = "chown"
-	e, ok := d.(walkEntry)
-	if !ok || e.s != f.s {
+	e, ok := f.entryOf(d)
+	if !ok {
 		return f.Lchown(rel, uid, gid)
 	}
-	crel, err := f.allowed(op, rel)
-	if err != nil {
-		return err
+	rel = strings.TrimPrefix(rel, "/")
+	if f.DeniedWalkEntry(rel, d) {
+		return newErr(op, rel, ErrDenied)
 	}
-	if fi, err := d.Info(); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok &&
-			(uid < 0 || int(st.Uid) == uid) && (gid < 0 || int(st.Gid) == gid) {
-			return nil
+	if (uid < 0 || int(e.st.Uid) == uid) && (gid < 0 || int(e.st.Gid) == gid) {
+		return nil
+	}
+	return wrap(op, rel, unix.Fchownat(e.dir.fd, e.name, uid, gid, unix.AT_SYMLINK_NOFOLLOW))
+}
+
+// ReadlinkEntry reads the target of the symbolic link d that Walk is
+// reporting at rel, relative to the directory the walk listed it in (no
+// walk from the root, no name longer than the walk's own). It must be
+// called from the walk's fn for that entry; any other d is read by name.
+func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
+	e, ok := f.entryOf(d)
+	if !ok {
+		return f.Readlink(rel)
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(e.dir.fd, e.name, buf)
+		if err != nil {
+			return "", wrap("readlink", rel, err)
 		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
 	}
-	rc, err := e.dirFile.SyscallConn()
-	if err != nil {
-		return wrap(op, crel, err)
-	}
-	var cerr error
-	if err := rc.Control(func(dfd uintptr) {
-		cerr = unix.Fchownat(int(dfd), e.Name(), uid, gid, unix.AT_SYMLINK_NOFOLLOW)
-	}); err != nil {
-		return wrap(op, crel, err)
-	}
-	return wrap(op, crel, cerr)
 }

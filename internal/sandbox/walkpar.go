@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"io/fs"
-	"os"
 	"sync"
 	"sync/atomic"
 )
@@ -11,9 +10,10 @@ import (
 // WalkParallel is WalkContext with the directories listed by up to workers
 // goroutines at once: fn is called concurrently and in no particular order,
 // except that a directory is reported before its entries. Links are never
-// followed and a directory swapped for something else is skipped, as in
-// Walk. fs.SkipDir returned for a directory skips it; fs.SkipAll or any
-// other error stops the walk, and the first such error is returned
+// followed, errors are reported to fn, and descriptors stay bounded, as in
+// Walk (each worker walks a subtree deeper than heldLevels on its own, the
+// way Walk does). fs.SkipDir returned for a directory skips it; fs.SkipAll
+// or any other error stops the walk, and the first such error is returned
 // (fs.SkipAll as nil). It is for scans of large trees (tens of thousands of
 // entries), where listing and lstat-ing dominate and a second core halves
 // the time.
@@ -27,12 +27,19 @@ func (f *FS) WalkParallel(ctx context.Context, dir string, workers int, fn fs.Wa
 		return skipAllIsNil(fn(rel, nil, wrap("walk", rel, err)))
 	}
 	d := fs.FileInfoToDirEntry(fi)
-	if !d.IsDir() {
-		return skipAllIsNil(fn(rel, d, nil))
+	if err := fn(rel, d, nil); err != nil || !d.IsDir() {
+		return skipAllIsNil(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	top, err := f.s.openStart(rel, fi)
+	if err != nil {
+		return skipAllIsNil(fn(rel, d, wrap("walk", rel, err)))
 	}
 	w := &parWalk{s: f.s, ctx: ctx, fn: fn}
 	w.cond = sync.NewCond(&w.mu)
-	w.push(parJob{parent: f.s.root, release: func() {}, base: rel, rel: rel, d: d})
+	w.push(parJob{dir: top, rel: rel, d: d})
 	var wg sync.WaitGroup
 	for range max(1, workers) {
 		wg.Go(w.work)
@@ -51,15 +58,18 @@ func skipAllIsNil(err error) error {
 	return err
 }
 
-// parJob is a directory to list: base in parent, reported at rel. release
-// drops the job's hold on parent (closed when its last child has opened
-// itself).
+// parJob is a directory to walk, at depth below the start: the entry d of
+// parent, reported at rel, to be reported and opened by the worker that
+// takes the job (release then drops the job's hold on parent, closed when
+// its last subdirectory has opened itself); or, for the start, dir, already
+// reported and open.
 type parJob struct {
-	parent  *os.Root
+	parent  *level
 	release func()
-	base    string
+	dir     *level
 	rel     string
 	d       fs.DirEntry
+	depth   int
 }
 
 type parWalk struct {
@@ -107,78 +117,99 @@ func (w *parWalk) done() {
 	}
 }
 
-func (w *parWalk) fail(err error) { w.err.CompareAndSwap(nil, &err) }
+func (w *parWalk) fail(err error) {
+	if err != nil && err != fs.SkipDir {
+		w.err.CompareAndSwap(nil, &err)
+	}
+}
 
 func (w *parWalk) work() {
+	buf := make([]byte, direntBuf)
 	for {
 		j, ok := w.next()
 		if !ok {
 			return
 		}
-		w.list(j)
+		if dir := w.open(j); dir != nil {
+			w.list(j, dir, buf)
+			dir.close()
+		}
 		w.done()
 	}
 }
 
-// list reports the directory of j and its entries, and queues its
-// subdirectories.
-func (w *parWalk) list(j parJob) {
+// open reports the directory of j and opens it; nil when it is not to be
+// walked (skipped, failed, or the walk is stopping).
+func (w *parWalk) open(j parJob) *level {
+	if j.dir != nil {
+		return j.dir
+	}
+	defer j.release()
 	if w.err.Load() != nil {
-		j.release()
-		return
+		return nil
 	}
 	if err := w.ctx.Err(); err != nil {
-		j.release()
 		w.fail(err)
-		return
+		return nil
 	}
 	if err := w.fn(j.rel, j.d, nil); err != nil {
-		j.release()
-		if err != fs.SkipDir {
-			w.fail(err)
-		}
-		return
+		w.fail(err)
+		return nil
 	}
-	sub, dir, entries, err := openDir(j.parent, j.base, j.d)
-	j.release()
+	e := j.d.(walkEntry)
+	dir, err := openLevel(j.parent, e.name, e.id())
 	if err != nil {
-		if err := w.fn(j.rel, j.d, wrap("walk", j.rel, err)); err != nil && err != fs.SkipDir {
-			w.fail(err)
-		}
+		w.fail(w.fn(j.rel, j.d, wrap("walk", j.rel, err)))
+		return nil
+	}
+	return dir
+}
+
+// list reports the entries of the open directory dir of j and queues its
+// subdirectories; below heldLevels it walks them itself, as Walk does.
+func (w *parWalk) list(j parJob, dir *level, buf []byte) {
+	if w.err.Load() != nil {
 		return
 	}
-	var subdirs []fs.DirEntry
+	if j.depth+1 >= heldLevels {
+		seq := &walker{s: w.s, ctx: w.ctx, fn: w.fn, buf: buf}
+		w.fail(seq.children(dir, j.depth, j.rel, j.d))
+		return
+	}
+	entries, bad, err := listLevel(dir, buf)
+	if err != nil {
+		w.fail(w.fn(j.rel, j.d, wrap("walk", joinRel(j.rel, bad), err)))
+		return
+	}
+	var subdirs []walkEntry
 	for _, e := range entries {
 		if e.IsDir() {
-			subdirs = append(subdirs, e)
+			subdirs = append(subdirs, walkEntry{e, dir, w.s})
 			continue
 		}
-		if err := w.fn(w.child(j.rel, e.Name()), walkEntry{e, sub, dir, w.s}, nil); err != nil && err != fs.SkipDir {
-			w.fail(err)
+		if err := w.fn(joinRel(j.rel, e.name), walkEntry{e, dir, w.s}, nil); err != nil {
+			if err != fs.SkipDir {
+				w.fail(err)
+			}
 			break
 		}
 	}
 	if len(subdirs) == 0 || w.err.Load() != nil {
-		_ = dir.Close()
-		_ = sub.Close()
 		return
 	}
+	// The directory stays open for its subdirectories' jobs: the last one
+	// to open itself closes it (list's caller then must not).
+	held := &level{fd: dir.fd, id: dir.id, name: dir.name, up: dir.up}
+	dir.fd = -1
 	var holds atomic.Int64
 	holds.Store(int64(len(subdirs)))
 	release := func() {
 		if holds.Add(-1) == 0 {
-			_ = dir.Close()
-			_ = sub.Close()
+			held.close()
 		}
 	}
 	for _, e := range subdirs {
-		w.push(parJob{parent: sub, release: release, base: e.Name(), rel: w.child(j.rel, e.Name()), d: walkEntry{e, sub, dir, w.s}})
+		e.dir = held
+		w.push(parJob{parent: held, release: release, rel: joinRel(j.rel, e.name), d: e, depth: j.depth + 1})
 	}
-}
-
-func (w *parWalk) child(rel, name string) string {
-	if rel == "." {
-		return name
-	}
-	return rel + "/" + name
 }

@@ -3,9 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 
 	"github.com/wharf/wharf/internal/eggconfig"
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 // updateConfigurationFiles rewrites the egg's configuration files. A file
@@ -31,20 +33,35 @@ func (s *Server) updateConfigurationFiles(ctx context.Context, def Definition) {
 }
 
 // fixOwnership gives every file of the server to the system user, never
-// following a symbolic link.
+// following a symbolic link. A part of the tree the walk cannot read, or
+// an entry that cannot be chowned, is logged as an error naming it and
+// told on the console, and the walk goes on with the rest: the server
+// still starts (its process runs as that user either way, and refusing to
+// start over a directory the game itself made unreadable would only lock
+// the owner out of their server). Entries that vanish meanwhile are normal.
 func (s *Server) fixOwnership(ctx context.Context) error {
 	cfg := s.deps.Config.Get()
 	uid, gid := cfg.System.User.UID, cfg.System.User.GID
 	s.daemonMessage("Ensuring file permissions are set correctly, this could take a few seconds...")
 	trusted := s.files.Trusted()
-	return trusted.WalkContext(ctx, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			s.log.Debug("ownership walk", "path", path, "error", err)
-			return nil
+	failed := 0
+	err := trusted.WalkContext(ctx, ".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil {
+			err = trusted.LchownEntry(path, d, uid, gid)
 		}
-		if lerr := trusted.LchownEntry(path, d, uid, gid); lerr != nil {
-			s.log.Debug("chown failed", "path", path, "error", lerr)
+		if err != nil && !sandbox.Vanished(err) {
+			failed++
+			s.log.Error("ownership not fixed", "path", sandbox.ShortPath(path), "error", err)
 		}
 		return nil
 	})
+	if err != nil && ctx.Err() == nil { // the walk could not finish (ErrWalkMoved)
+		failed++
+		s.log.Error("ownership walk ended early", "error", err)
+		err = nil
+	}
+	if failed > 0 {
+		s.daemonMessage(fmt.Sprintf("The owner of %d files or directories could not be set: see the node's log.", failed))
+	}
+	return err
 }

@@ -139,14 +139,21 @@ func kindOf(m fs.FileMode) byte {
 }
 
 // treeEntry filters a walk of the tree: the root itself and entries that
-// vanished during the walk are skipped (ok false); an error on the root
-// ends the walk.
+// vanished during the walk are skipped (ok false); any other error (a
+// part of the tree that could not be read, or the root) ends the walk, and
+// the transfer fails rather than leave that part behind; so does a name
+// longer than the wire carries (a tree thousands of levels deep).
 func treeEntry(rel string, err error) (ok bool, _ error) {
 	if err != nil {
-		if rel == "." {
+		if rel == "." || !sandbox.Vanished(err) {
 			return false, err
 		}
 		return false, nil // vanished during the walk
+	}
+	if len(rel) > maxNameLen {
+		// The target would refuse the stream as invalid: say why, here.
+		return false, fmt.Errorf("%s: a name of %d bytes, a live transfer carries names of at most %d",
+			sandbox.ShortPath("/"+rel), len(rel), maxNameLen)
 	}
 	return rel != ".", nil
 }
@@ -162,7 +169,7 @@ func (ls *liveSender) scan() ([]scanned, error) {
 		}
 		fi, err := d.Info()
 		if err != nil {
-			return nil
+			return err
 		}
 		if k := kindOf(fi.Mode()); k != 0 {
 			mu.Lock()
@@ -284,7 +291,7 @@ func (ls *liveSender) sendAll(pass int) error {
 		}
 		fi, err := d.Info()
 		if err != nil {
-			return nil
+			return err
 		}
 		switch s := (scanned{rel: rel, kind: kindOf(fi.Mode()), fi: fi}); s.kind {
 		case 'd':
@@ -314,6 +321,9 @@ func (ls *liveSender) dir(s scanned) error {
 
 func (ls *liveSender) link(s scanned) error {
 	target, err := ls.src.Readlink(s.rel)
+	if err != nil && !sandbox.Vanished(err) {
+		return err
+	}
 	if err != nil || target == "" {
 		return ls.vanished(s.rel)
 	}
@@ -324,6 +334,15 @@ func (ls *liveSender) link(s scanned) error {
 	ls.rw.str(target)
 	ls.rw.varint(e.mtime)
 	return ls.rw.flush()
+}
+
+// unreadable is vanished for a path that disappeared (sandbox.Vanished)
+// and err, which ends the transfer, for one that could not be read.
+func (ls *liveSender) unreadable(rel string, err error) error {
+	if sandbox.Vanished(err) {
+		return ls.vanished(rel)
+	}
+	return err
 }
 
 // vanished forgets a path that disappeared between the scan and its read.
@@ -342,15 +361,18 @@ func (ls *liveSender) file(s scanned, final bool) error {
 	started := time.Now()
 	d, err := ls.held.open(ls.src, path.Dir(s.rel))
 	if err != nil {
-		return ls.vanished(s.rel)
+		return ls.unreadable(s.rel, err)
 	}
 	f, err := d.Open(path.Base(s.rel))
 	if err != nil {
-		return ls.vanished(s.rel)
+		return ls.unreadable(s.rel, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
 		return ls.vanished(s.rel)
 	}
 	ctime, ino := statTimes(fi)
@@ -656,9 +678,11 @@ func (ls *liveSender) copyFile(f io.Reader, size int64) error {
 		p := room[:min(int64(len(room)), size)]
 		n := 0
 		if readable {
-			if n, err = io.ReadFull(f, p); err != nil {
-				readable = false
+			n, err = io.ReadFull(f, p)
+			if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+				return err // not a file that shrank: one that cannot be read
 			}
+			readable = err == nil
 		}
 		if !readable {
 			clear(p[n:])
