@@ -39,7 +39,19 @@ type DecompressResult struct {
 // is checked before when the format declares its sizes up front (zip) and
 // enforced on every write; when it is crossed, or on any other error,
 // everything this extraction wrote is removed.
+//
+// With m.Isolation set, the archive is decoded in a child process
+// (decompress_isolated.go); without it, in this one.
 func (m *Manager) Decompress(ctx context.Context, root, file string) (DecompressResult, error) {
+	if m.Isolation != nil {
+		return m.decompressIsolated(ctx, root, file)
+	}
+	return m.decompressHere(ctx, root, file, nil)
+}
+
+// decompressHere is Decompress in this process. Each entry is announced to
+// journal (when not nil) before it is created: see journal.
+func (m *Manager) decompressHere(ctx context.Context, root, file string, journal io.Writer) (DecompressResult, error) {
 	name := join(root, file)
 	src, err := m.FS.Open(name)
 	if err != nil {
@@ -68,7 +80,8 @@ func (m *Manager) Decompress(ctx context.Context, root, file string) (Decompress
 	if err != nil {
 		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	x := &extraction{m: m, root: root, links: map[string]bool{}, known: map[string]bool{}}
+	x := &extraction{m: m, root: root, journal: journal, links: map[string]bool{}, known: map[string]bool{}}
+	defer x.seq.close()
 	switch f := format.(type) {
 	case archives.Zip:
 		err = x.zip(ctx, src, fi.Size())
@@ -147,13 +160,15 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	)
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		wg.Go(func() {
+			var dirs dirCache
+			defer dirs.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(files) || ctx.Err() != nil {
 					return
 				}
 				j := files[i]
-				if err := x.zipEntry(j.f, j.rel); err != nil {
+				if err := x.zipEntry(&dirs, j.f, j.rel); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}
@@ -175,7 +190,7 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	return nil
 }
 
-func (x *extraction) zipEntry(f *zip.File, rel string) error {
+func (x *extraction) zipEntry(dirs *dirCache, f *zip.File, rel string) error {
 	name := join(x.root, rel)
 	mode := f.Mode()
 	if mode.IsDir() {
@@ -193,7 +208,7 @@ func (x *extraction) zipEntry(f *zip.File, rel string) error {
 		return err
 	}
 	defer r.Close()
-	return x.file(name, mode.Perm(), f.Modified, r)
+	return x.file(dirs, name, mode.Perm(), f.Modified, r)
 }
 
 // zipInfo describes a zip entry the way the archives package does.
@@ -233,9 +248,11 @@ func (m *Manager) zipFits(zr *zip.Reader) error {
 }
 
 type extraction struct {
-	m     *Manager
-	root  string
-	links map[string]bool // links made by this archive (cleaned names below root)
+	m       *Manager
+	root    string
+	journal io.Writer       // where entries are announced before they are made; nil: nowhere
+	seq     dirCache        // the directory held open by the sequential formats (all but zip)
+	links   map[string]bool // links made by this archive (cleaned names below root)
 
 	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
 	known   map[string]bool // directories known to exist
@@ -320,7 +337,7 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 			return err
 		}
 		defer r.Close()
-		return x.file(name, mode.Perm(), f.ModTime(), r)
+		return x.file(&x.seq, name, mode.Perm(), f.ModTime(), r)
 	}
 	x.skip() // device, FIFO, socket
 	return nil
@@ -355,6 +372,11 @@ func (x *extraction) mkdirs(name string) error {
 		}
 		missing = append(missing, p)
 	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := x.announce(journalDir, missing[i]); err != nil {
+			return err
+		}
+	}
 	if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
 		return err
 	}
@@ -387,22 +409,18 @@ func (x *extraction) clear(name string) error {
 	return x.m.FS.Remove(name)
 }
 
-func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
-	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
+func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
+	dir := path.Dir("/" + name)
+	if err := x.mkdirs(dir); err != nil {
 		return x.skipDenied(err)
 	}
 	if perm == 0 {
 		perm = 0o644
 	}
-	// A new file is created exclusively; only when something is in the way
-	// is it looked at (a link or file removed, a directory refused).
-	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if errors.Is(err, sandbox.ErrExist) {
-		if err := x.clear(name); err != nil {
-			return err
-		}
-		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err := x.announce(journalEntry, name); err != nil {
+		return err
 	}
+	w, err := x.create(dirs, dir, name, perm)
 	if err != nil {
 		return x.skipDenied(err)
 	}
@@ -418,6 +436,57 @@ func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.R
 		return err
 	}
 	return nil
+}
+
+// create makes the new file name exclusively. The usual case, nothing in
+// the way, costs one openat relative to the directory held open in dirs
+// (sandbox.Dir: no walk from the root, no link resolution, no descriptor
+// check, which made the per-file sandbox OpenFile most of an extraction's
+// CPU). Anything unusual takes the general path through the root: a file
+// or link in the way (removed, a directory refused), a directory that is an
+// in-root link (OpenDir does not follow it), any error.
+func (x *extraction) create(dirs *dirCache, dir, name string, perm fs.FileMode) (*sandbox.File, error) {
+	if d := dirs.open(x.m.FS, dir); d != nil {
+		w, err := d.Create(path.Base(name), perm)
+		if err == nil || errors.Is(err, sandbox.ErrDenied) || errors.Is(err, sandbox.ErrNoSpace) {
+			return w, err
+		}
+	}
+	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if errors.Is(err, sandbox.ErrExist) {
+		if err := x.clear(name); err != nil {
+			return nil, err
+		}
+		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	}
+	return w, err
+}
+
+// dirCache holds the directory the last file was created in open, for the
+// next one: archives list the files of a directory together. One goroutine
+// uses it; it holds one descriptor at most.
+type dirCache struct {
+	name string
+	d    *sandbox.Dir
+	bad  bool // name could not be opened as a Dir
+}
+
+func (c *dirCache) open(fsys *sandbox.FS, name string) *sandbox.Dir {
+	if c.name == name && (c.d != nil || c.bad) {
+		return c.d
+	}
+	c.close()
+	c.name = name
+	d, err := fsys.OpenDir(name)
+	c.d, c.bad = d, err != nil
+	return d
+}
+
+func (c *dirCache) close() {
+	if c.d != nil {
+		_ = c.d.Close()
+	}
+	*c = dirCache{}
 }
 
 func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
@@ -445,6 +514,9 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 	if err := x.clear(name); err != nil {
 		return err
 	}
+	if err := x.announce(journalEntry, name); err != nil {
+		return err
+	}
 	if err := x.m.FS.Symlink(target, name); err != nil {
 		return x.skipDenied(err)
 	}
@@ -456,8 +528,9 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 	return nil
 }
 
-// hardlink stores a copy of a regular file this archive extracted before;
-// any other target is skipped.
+// hardlink stores a copy of a regular file this archive extracted before,
+// with its mode and time (a hard link shares them); any other target is
+// skipped.
 func (x *extraction) hardlink(rel, name, target string) error {
 	t, ok := x.entryName(target)
 	if !ok || t == rel {
@@ -469,18 +542,18 @@ func (x *extraction) hardlink(rel, name, target string) error {
 		x.skip()
 		return nil
 	}
-	if fi, err := x.m.FS.Lstat(tname); err != nil || !fi.Mode().IsRegular() {
+	src, err := x.m.FS.Open(tname)
+	if err != nil {
 		x.skip()
 		return nil
 	}
-	if err := x.clear(name); err != nil {
-		return err
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		x.skip()
+		return nil
 	}
-	if err := x.m.FS.Copy(tname, name); err != nil {
-		return x.skipDenied(err)
-	}
-	x.wroteFile(name, 0)
-	return nil
+	return x.file(&x.seq, name, fi.Mode().Perm(), fi.ModTime(), src)
 }
 
 func (x *extraction) wrote(name string) bool {
@@ -511,7 +584,7 @@ func (x *extraction) single(ctx context.Context, d archives.Decompressor, stream
 		return sandbox.ErrDenied
 	}
 	x.known[path.Clean("/" + x.root)[1:]] = true
-	return x.file(name, 0o644, time.Time{}, ctxReader{ctx, rc})
+	return x.file(&x.seq, name, 0o644, time.Time{}, ctxReader{ctx, rc})
 }
 
 type ctxReader struct {

@@ -1,0 +1,269 @@
+package files
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/isolate"
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// Isolation runs Decompress in a child process of the daemon's binary
+// (`wharf extract-worker`), so that no archive can kill the daemon: the
+// decoders of every format we accept read user bytes, and one of them asking
+// the Go runtime for more memory than exists ends its process with a fatal
+// error nothing can recover. The child has the limits of Limits, no network
+// and the server files' owner as its user (package isolate), and writes
+// into the server's directory through its own sandbox on the same root,
+// with the same denylist and what is left of the disk limit.
+//
+// Cleaning up after a child that was killed (or died) mid-extraction: the
+// child announces every entry in a journal before it creates it, and the
+// daemon removes the announced entries, newest first. This was chosen over
+// extracting into a staging directory that the daemon then moves into
+// place: the extraction's rules (merging into existing directories,
+// replacing files and links in the way, refusing a directory in the way or
+// a link planted in the tree) stay where they are, in the child's one pass
+// through the sandbox, instead of being done again by a second pass in the
+// daemon, which could itself fail halfway with part of the archive moved in
+// and the files it replaced gone.
+type Isolation struct {
+	// Command runs the worker: the daemon's binary and its hidden
+	// subcommand (os.Executable() extract-worker when nil).
+	Command []string
+	Limits  isolate.Limits
+	// UID and GID own the server's files (system.user): the child runs as
+	// them when the daemon is root.
+	UID, GID int
+	// Denylist is the server's egg file_denylist.
+	Denylist []string
+}
+
+// WorkerCommand is the hidden subcommand that runs the child's side.
+const WorkerCommand = "extract-worker"
+
+// extractJob is what the daemon sends the child on its standard input.
+type extractJob struct {
+	Root      string // host path of the server's root
+	Dir, File string // as the panel sent them
+	UID, GID  int
+	Denylist  []string
+	DiskLimit int64 // what is left of the server's limit: 0 unlimited, -1 no writes
+}
+
+// extractReply is what the child writes on its standard output.
+type extractReply struct {
+	Result DecompressResult
+	Error  *replyError
+}
+
+// replyError carries an extraction's error across the process boundary:
+// the user's message and kind when it has one, the rest for the log.
+type replyError struct {
+	Kind    usererr.Kind
+	Message string
+	Cause   string
+}
+
+func replyErrorOf(err error) *replyError {
+	r := &replyError{Cause: err.Error()}
+	if ue, ok := usererr.From(err); ok {
+		r.Kind, r.Message = ue.Kind, ue.Message
+	}
+	return r
+}
+
+func (r *replyError) err() error {
+	cause := errors.New("extractor: " + r.Cause)
+	if r.Kind == 0 {
+		return cause
+	}
+	return usererr.Wrap(cause, r.Kind, r.Message)
+}
+
+// decompressIsolated is Decompress in a child process.
+func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (DecompressResult, error) {
+	iso := m.Isolation
+	job, err := json.Marshal(extractJob{
+		Root: m.FS.Root(), Dir: root, File: file,
+		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: m.spaceLeft(),
+	})
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	command := iso.Command
+	if command == nil {
+		exe, err := os.Executable()
+		if err != nil {
+			return DecompressResult{}, err
+		}
+		command = []string{exe, WorkerCommand}
+	}
+	journal, err := newJournal()
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	defer journal.Close()
+	// The child wrote through its own sandbox: the daemon's count of the
+	// server's usage learns it from the disk, whatever happened.
+	defer func() { _, _ = m.FS.RefreshUsage(context.WithoutCancel(ctx)) }()
+
+	out, err := isolate.Run(ctx, isolate.Spec{
+		Command: command, Limits: iso.Limits, UID: iso.UID, GID: iso.GID,
+		Stdin: job, ExtraFiles: []*os.File{journal},
+	})
+	var rep extractReply
+	if err == nil {
+		if jerr := json.Unmarshal(out.Stdout, &rep); jerr != nil {
+			err = fmt.Errorf("decompress: the extractor's answer: %w (stderr: %s)", jerr, head(out.Stderr))
+		}
+	}
+	if err != nil {
+		m.undo(journal)
+		var d *isolate.Death
+		if errors.As(err, &d) {
+			return DecompressResult{}, usererr.Wrap(fmt.Errorf("%w (stderr: %s)", d, head(d.Stderr)),
+				usererr.Invalid, "This archive could not be read: "+d.Error()+".")
+		}
+		return DecompressResult{}, err
+	}
+	if rep.Error != nil {
+		// The child removed what it had made (its own rollback).
+		return rep.Result, rep.Error.err()
+	}
+	return rep.Result, nil
+}
+
+// spaceLeft is the disk limit the child's sandbox gets: what is left of the
+// server's (0 unlimited, -1 no writes).
+func (m *Manager) spaceLeft() int64 {
+	lim := m.FS.DiskLimit()
+	if lim <= 0 {
+		return lim
+	}
+	if left := lim - m.FS.Usage(); left > 0 {
+		return left
+	}
+	return -1
+}
+
+func head(s string) string {
+	if i := strings.Index(s, "\n\n"); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSpace(s)
+}
+
+// ---- the journal ----
+
+// A journal record is a kind byte, a name as the extraction gives it to the
+// sandbox, and a NUL (which no name holds). The child writes each one with
+// a single write before it creates the entry, so that a child killed at
+// any point has announced everything it made; what it announced and had
+// not yet made is at most the entry each of its workers was about to make.
+const (
+	journalDir   = 'd' // a directory found missing and about to be made
+	journalEntry = 'f' // a file or link about to be made (whatever was there is replaced)
+)
+
+// announce records an entry in the journal before it is made.
+func (x *extraction) announce(kind byte, name string) error {
+	if x.journal == nil {
+		return nil
+	}
+	rec := make([]byte, 0, len(name)+2)
+	rec = append(append(append(rec, kind), name...), 0)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, err := x.journal.Write(rec)
+	return err
+}
+
+// newJournal is an anonymous file in memory (memfd): nothing on disk to
+// clean up, gone with its last descriptor.
+func newJournal() (*os.File, error) {
+	fd, err := unix.MemfdCreate("wharf-extract-journal", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("decompress journal: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "wharf-extract-journal"), nil
+}
+
+// undo removes what a child that did not finish announced, newest first:
+// files and links (never a directory in their place: that one was there
+// before), and directories it found missing, if they are empty (so nothing
+// anyone else put there since goes). What it had not made yet is not there,
+// or is what it was about to replace.
+func (m *Manager) undo(journal *os.File) {
+	if _, err := journal.Seek(0, io.SeekStart); err != nil {
+		return
+	}
+	type record struct {
+		kind byte
+		name string
+	}
+	var recs []record
+	br := bufio.NewReader(journal)
+	for {
+		rec, err := br.ReadString(0)
+		if err != nil {
+			break // EOF, or a record cut short: it made nothing yet
+		}
+		if len(rec) >= 2 {
+			recs = append(recs, record{rec[0], rec[1 : len(rec)-1]})
+		}
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		fi, err := m.FS.Lstat(r.name)
+		if err != nil || fi.IsDir() != (r.kind == journalDir) {
+			continue
+		}
+		_ = m.FS.Remove(r.name)
+	}
+}
+
+// ---- the child ----
+
+// ExtractWorkerMain is the child's side (`wharf extract-worker`): it applies
+// its limits, reads the job on standard input, extracts through a sandbox
+// of the server's root, announcing entries on descriptor 3, and writes the
+// result on standard output.
+func ExtractWorkerMain(ctx context.Context) error {
+	if err := isolate.Enter(); err != nil {
+		return err
+	}
+	journal := os.NewFile(3, "journal")
+	if journal == nil {
+		return errors.New("no journal descriptor")
+	}
+	defer journal.Close()
+	return runExtractWorker(ctx, os.Stdin, os.Stdout, journal)
+}
+
+func runExtractWorker(ctx context.Context, in io.Reader, out, journal io.Writer) error {
+	var job extractJob
+	if err := json.NewDecoder(io.LimitReader(in, 16<<20)).Decode(&job); err != nil {
+		return fmt.Errorf("reading the job: %w", err)
+	}
+	fsys, err := sandbox.New(job.Root, sandbox.Options{UID: job.UID, GID: job.GID, Denylist: job.Denylist, DiskLimit: job.DiskLimit})
+	if err != nil {
+		return err
+	}
+	defer fsys.Close()
+	res, err := New(fsys).decompressHere(ctx, job.Dir, job.File, journal)
+	rep := extractReply{Result: res}
+	if err != nil {
+		rep.Error = replyErrorOf(err)
+	}
+	return json.NewEncoder(out).Encode(rep)
+}
