@@ -9,8 +9,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
 )
 
 // bomb7z is the 45-byte 7z file of issue 21: a header that declares an
@@ -161,5 +165,55 @@ func checkFile(t *testing.T, p string, want []byte, mode os.FileMode, mtime time
 	}
 	if fi.Mode().Perm() != mode || !fi.ModTime().Equal(mtime) {
 		t.Fatalf("%s: mode %v mtime %v, want %v %v", p, fi.Mode().Perm(), fi.ModTime(), mode, mtime)
+	}
+}
+
+// With a system user other than root, the child runs as that user (what
+// it extracts is owned by it, with no chown needed) and still reaches the
+// server's root, although it may not walk the data directory's path.
+func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon must be root to change the child's user")
+	}
+	s := exampleServer(filesServer)
+	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 100}
+	n := startNode(t, nodeOptions{
+		servers: []devpanel.Server{s},
+		mutate:  func(c *config.Config) { c.System.Username = "nobody" },
+	})
+	// The data directory is the daemon's: the server's user may not enter it.
+	if err := os.Chmod(n.Config.System.Data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, n.fpath("a.tar.gz"), string(gzipBytes(makeTar(t, []tarEntry{{name: "d/x.txt", body: "x"}}))), 0o644)
+	if err := os.Chown(n.fpath("a.tar.gz"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := n.decompress("/", "a.tar.gz"); code != 204 {
+		t.Fatalf("decompress: %d %s", code, body)
+	}
+	for _, p := range []string{"d", "d/x.txt"} {
+		fi, err := os.Lstat(n.fpath(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 {
+			t.Fatalf("%s owned by %d:%d", p, st.Uid, st.Gid)
+		}
+	}
+
+	// The child is not root: a directory of root's in the tree refuses it
+	// (the daemon, root, could write there), with a 400 that says so, and
+	// what the archive made before is removed.
+	if err := os.Mkdir(n.fpath("rootonly"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, n.fpath("b.tar"), string(makeTar(t, []tarEntry{{name: "first.txt", body: "1"}, {name: "rootonly/x.txt", body: "x"}})), 0o644)
+	res, body := n.files("POST", "decompress", map[string]string{"root": "/", "file": "b.tar"})
+	wantError(t, "root's directory", res, body, 400, "Cannot extract the archive: /rootonly/x.txt is not writable by the server's user.")
+	for _, p := range []string{"first.txt", "rootonly/x.txt"} {
+		if _, err := os.Lstat(n.fpath(p)); err == nil {
+			t.Fatalf("%s left behind", p)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zip"
@@ -631,6 +632,10 @@ func (x *extraction) userError(err error) error {
 		return ErrNoSpace
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	case errors.As(err, &se) && (se.Errno == syscall.EACCES || se.Errno == syscall.EPERM):
+		// The isolated extraction runs as the server's user: a file or
+		// directory of another owner in the server's tree refuses it.
+		return usererr.Wrap(err, usererr.Invalid, fmt.Sprintf("Cannot extract the archive: %s is not writable by the server's user.", se.Path))
 	case errors.As(err, &se):
 		return err
 	}

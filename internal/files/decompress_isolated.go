@@ -38,7 +38,7 @@ import (
 // and the files it replaced gone.
 type Isolation struct {
 	// Command runs the worker: the daemon's binary and its hidden
-	// subcommand (os.Executable() extract-worker when nil).
+	// subcommand ("/proc/self/exe extract-worker" when nil).
 	Command []string
 	Limits  isolate.Limits
 	// UID and GID own the server's files (system.user): the child runs as
@@ -53,7 +53,6 @@ const WorkerCommand = "extract-worker"
 
 // extractJob is what the daemon sends the child on its standard input.
 type extractJob struct {
-	Root      string // host path of the server's root
 	Dir, File string // as the panel sent them
 	UID, GID  int
 	Denylist  []string
@@ -94,7 +93,7 @@ func (r *replyError) err() error {
 func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (DecompressResult, error) {
 	iso := m.Isolation
 	job, err := json.Marshal(extractJob{
-		Root: m.FS.Root(), Dir: root, File: file,
+		Dir: root, File: file,
 		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: m.spaceLeft(),
 	})
 	if err != nil {
@@ -102,24 +101,31 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 	}
 	command := iso.Command
 	if command == nil {
-		exe, err := os.Executable()
-		if err != nil {
-			return DecompressResult{}, err
-		}
-		command = []string{exe, WorkerCommand}
+		// The running binary itself, even if it was replaced on disk since
+		// (the child speaks the daemon's version of the job), and even if
+		// the server's user may not walk the path to it.
+		command = []string{"/proc/self/exe", WorkerCommand}
 	}
 	journal, err := newJournal()
 	if err != nil {
 		return DecompressResult{}, err
 	}
 	defer journal.Close()
+	// The server's root is handed to the child open: the server's user may
+	// not be allowed to walk the host path to it (system.data is the
+	// daemon's).
+	rootDir, err := os.OpenFile(m.FS.Root(), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	defer rootDir.Close()
 	// The child wrote through its own sandbox: the daemon's count of the
 	// server's usage learns it from the disk, whatever happened.
 	defer func() { _, _ = m.FS.RefreshUsage(context.WithoutCancel(ctx)) }()
 
 	out, err := isolate.Run(ctx, isolate.Spec{
 		Command: command, Limits: iso.Limits, UID: iso.UID, GID: iso.GID,
-		Stdin: job, ExtraFiles: []*os.File{journal},
+		Stdin: job, ExtraFiles: []*os.File{journal, rootDir},
 	})
 	var rep extractReply
 	if err == nil {
@@ -236,8 +242,8 @@ func (m *Manager) undo(journal *os.File) {
 
 // ExtractWorkerMain is the child's side (`wharf extract-worker`): it applies
 // its limits, reads the job on standard input, extracts through a sandbox
-// of the server's root, announcing entries on descriptor 3, and writes the
-// result on standard output.
+// of the server's root (open on descriptor 4), announcing entries on
+// descriptor 3, and writes the result on standard output.
 func ExtractWorkerMain(ctx context.Context) error {
 	if err := isolate.Enter(); err != nil {
 		return err
@@ -250,12 +256,16 @@ func ExtractWorkerMain(ctx context.Context) error {
 	return runExtractWorker(ctx, os.Stdin, os.Stdout, journal)
 }
 
+// workerRoot is the server's root in the child: the directory the daemon
+// opened for it, reached through its descriptor (no path walk).
+const workerRoot = "/proc/self/fd/4"
+
 func runExtractWorker(ctx context.Context, in io.Reader, out, journal io.Writer) error {
 	var job extractJob
 	if err := json.NewDecoder(io.LimitReader(in, 16<<20)).Decode(&job); err != nil {
 		return fmt.Errorf("reading the job: %w", err)
 	}
-	fsys, err := sandbox.New(job.Root, sandbox.Options{UID: job.UID, GID: job.GID, Denylist: job.Denylist, DiskLimit: job.DiskLimit})
+	fsys, err := sandbox.New(workerRoot, sandbox.Options{UID: job.UID, GID: job.GID, Denylist: job.Denylist, DiskLimit: job.DiskLimit})
 	if err != nil {
 		return err
 	}
