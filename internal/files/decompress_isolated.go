@@ -92,9 +92,16 @@ func (r *replyError) err() error {
 // decompressIsolated is Decompress in a child process.
 func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (DecompressResult, error) {
 	iso := m.Isolation
+	left := m.reserveLeft()
+	// The child wrote through its own sandbox: the daemon's count of the
+	// server's usage learns it from the disk, whatever happened.
+	defer func() {
+		m.FS.Release(max(left, 0))
+		_, _ = m.FS.RefreshUsage(context.WithoutCancel(ctx))
+	}()
 	job, err := json.Marshal(extractJob{
 		Dir: root, File: file,
-		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: m.spaceLeft(),
+		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: left,
 	})
 	if err != nil {
 		return DecompressResult{}, err
@@ -119,9 +126,6 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 		return DecompressResult{}, err
 	}
 	defer rootDir.Close()
-	// The child wrote through its own sandbox: the daemon's count of the
-	// server's usage learns it from the disk, whatever happened.
-	defer func() { _, _ = m.FS.RefreshUsage(context.WithoutCancel(ctx)) }()
 
 	out, err := isolate.Run(ctx, isolate.Spec{
 		Command: command, Limits: iso.Limits, UID: iso.UID, GID: iso.GID,
@@ -149,15 +153,25 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 	return rep.Result, nil
 }
 
-// spaceLeft is the disk limit the child's sandbox gets: what is left of the
-// server's (0 unlimited, -1 no writes).
-func (m *Manager) spaceLeft() int64 {
-	lim := m.FS.DiskLimit()
-	if lim <= 0 {
-		return lim
-	}
-	if left := lim - m.FS.Usage(); left > 0 {
-		return left
+// reserveLeft is the disk limit the child's sandbox gets: what is left of
+// the server's (0 unlimited, -1 no writes), reserved in the daemon's count
+// while the child runs, so that no other writer (SFTP, another
+// decompression: file jobs run together) can use the same bytes and the
+// server end past its limit. The price: while a decompression runs on a
+// server with a limit, its other writes find the disk full.
+func (m *Manager) reserveLeft() int64 {
+	for range 3 { // another writer may take some between the two reads
+		lim := m.FS.DiskLimit()
+		if lim <= 0 {
+			return lim
+		}
+		left := lim - m.FS.Usage()
+		if left <= 0 {
+			return -1
+		}
+		if m.FS.Reserve(left) == nil {
+			return left
+		}
 	}
 	return -1
 }

@@ -2,6 +2,7 @@ package files
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -223,5 +225,53 @@ func TestIsolatedDecompressUserErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "d0")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("d0 left after running out of space: %v", err)
+	}
+}
+
+// Decompressions run together (file jobs are shared): each child writes
+// within what it reserved of the server's limit, so that together they
+// cannot end past it, as one count shared in this process guaranteed.
+func TestIsolatedDecompressionsTogetherKeepTheLimit(t *testing.T) {
+	root := t.TempDir()
+	body := bytes.Repeat([]byte("z"), 600<<10)
+	for i := range 4 {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		w, _ := zw.CreateHeader(&zip.FileHeader{Name: fmt.Sprintf("f%d.bin", i), Method: zip.Store})
+		_, _ = w.Write(body)
+		_ = zw.Close()
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("a%d.zip", i)), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsys, err := sandbox.New(root, sandbox.Options{UID: -1, GID: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	used, _ := fsys.RefreshUsage(context.Background())
+	limit := used + 1<<20 // room for one of the four
+	fsys.SetDiskLimit(limit)
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			_, err := isolated(fsys, WorkerCommand).Decompress(context.Background(), "/", fmt.Sprintf("a%d.zip", i))
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	ok := 0
+	for err := range errs {
+		if err == nil {
+			ok++
+		} else if ue, _ := usererr.From(err); ue == nil || ue.Message != ErrNoSpace.Message {
+			t.Fatalf("error %v", err)
+		}
+	}
+	disk, _ := fsys.RefreshUsage(context.Background())
+	if ok == 0 || disk > limit {
+		t.Fatalf("%d of 4 extracted, %d bytes on disk for a limit of %d", ok, disk, limit)
 	}
 }
