@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -216,4 +218,45 @@ func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
 			t.Fatalf("%s left behind", p)
 		}
 	}
+}
+
+// Decompressions of one server run together: four at once, each of an
+// archive that alone fits the disk limit, together do not end past it.
+func TestDecompressTogetherStaysWithinTheDiskLimit(t *testing.T) {
+	n := filesNode(t, 2, nil)
+	body := strings.Repeat("z", 700<<10)
+	for i := range 4 {
+		mustWrite(t, n.fpath(fmt.Sprintf("a%d.zip", i)), string(makeZip(t, map[string]string{fmt.Sprintf("f%d.bin", i): body})), 0o644)
+	}
+	codes := make(chan int, 4)
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			res, _ := n.files("POST", "decompress", map[string]string{"root": "/", "file": fmt.Sprintf("a%d.zip", i)})
+			codes <- res.StatusCode
+		})
+	}
+	wg.Wait()
+	close(codes)
+	ok := 0
+	for c := range codes {
+		switch c {
+		case 204:
+			ok++
+		case 400:
+		default:
+			t.Fatalf("status %d", c)
+		}
+	}
+	var disk int64
+	_ = filepath.Walk(n.dataDir(filesServer), func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			disk += fi.Size()
+		}
+		return nil
+	})
+	if ok == 0 || disk > 2<<20 {
+		t.Fatalf("%d of 4 extracted, %d bytes in the server for a limit of 2 MiB", ok, disk)
+	}
+	n.assertAnswersEveryFace(t, filesServer)
 }
