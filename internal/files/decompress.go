@@ -81,7 +81,7 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 	if err != nil {
 		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	x := &extraction{m: m, root: root, journal: journal, links: map[string]bool{}, known: map[string]bool{}}
+	x := &extraction{m: m, root: root, journal: journal, links: map[string]bool{}, known: map[string]bool{}, made: map[string]bool{}}
 	defer x.seq.close()
 	switch f := format.(type) {
 	case archives.Zip:
@@ -258,6 +258,7 @@ type extraction struct {
 	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
 	known   map[string]bool // directories known to exist
 	written []string        // files, links and directories this extraction created, in order
+	made    map[string]bool // directories this extraction created (cleaned, relative), with mode 0755
 	dirs    []dirMeta
 	res     DecompressResult
 }
@@ -354,44 +355,80 @@ func (x *extraction) skipDenied(err error) error {
 }
 
 // mkdirs creates name and its missing parents, remembering the new ones;
-// directories already made or seen are not looked at again.
+// directories already made or seen are not looked at again. A directory
+// whose parent this extraction made is taken as missing without a look
+// (archives list a directory's entries after it), and only the missing
+// ones are made: a new directory costs one mkdir, where MkdirAll would try
+// (and resolve from the root) every level of its path again.
 func (x *extraction) mkdirs(name string) error {
 	c := strings.TrimPrefix(path.Clean("/"+name), "/")
-	if c == "" {
-		return nil
-	}
-	x.mu.Lock()
-	ok := x.known[c]
-	x.mu.Unlock()
-	if ok {
+	if c == "" || x.isKnown(c) {
 		return nil
 	}
 	var missing []string
 	for p := c; p != "." && p != ""; p = path.Dir(p) {
-		if _, err := x.m.FS.Lstat(p); err == nil {
+		if x.isKnown(p) {
 			break
+		}
+		if !x.madeDir(path.Dir(p)) {
+			if _, err := x.m.FS.Lstat(p); err == nil {
+				break
+			}
 		}
 		missing = append(missing, p)
 	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := x.announce(journalDir, missing[i]); err != nil {
+	if len(missing) == 0 {
+		// c exists: MkdirAll checks it is a directory (or an in-root link
+		// to one) and that it may be changed.
+		if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
 			return err
 		}
 	}
-	if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
-		return err
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		if err := x.announce(journalDir, p); err != nil {
+			return err
+		}
+		err := x.m.FS.Mkdir(p, 0o755)
+		if err == nil {
+			made = append(made, p)
+		} else if !x.isDir(err, p) {
+			return err
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for i := len(missing) - 1; i >= 0; i-- {
-		if !x.known[missing[i]] {
-			x.written = append(x.written, missing[i])
-		}
+	for _, p := range made {
+		x.written = append(x.written, p)
+		x.made[p] = true
 	}
 	for p := c; p != "." && p != ""; p = path.Dir(p) {
 		x.known[p] = true
 	}
 	return nil
+}
+
+func (x *extraction) madeDir(p string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.made[p]
+}
+
+func (x *extraction) isKnown(p string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.known[p]
+}
+
+// isDir reports whether a Mkdir of name failed only because the directory
+// exists (another worker of this extraction, zip, made it first).
+func (x *extraction) isDir(err error, name string) bool {
+	if !errors.Is(err, sandbox.ErrExist) {
+		return false
+	}
+	fi, serr := x.m.FS.Stat(name)
+	return serr == nil && fi.IsDir()
 }
 
 // clear removes a link or file in the way of a new entry; a directory in
@@ -610,12 +647,22 @@ func (x *extraction) rollback() {
 // finishDirs applies the directories' modes and times, deepest last
 // written first, once their contents are in place.
 func (x *extraction) finishDirs() {
+	var parents dirCache
+	defer parents.close()
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		d := x.dirs[i]
-		if d.mode != 0 {
-			_ = x.m.FS.Chmod(d.name, d.mode|0o700)
+		c := strings.TrimPrefix(path.Clean("/"+d.name), "/")
+		// A directory this extraction made already has mode 0755.
+		if mode := d.mode | 0o700; d.mode != 0 && !(x.made[c] && mode == 0o755) {
+			_ = x.m.FS.Chmod(d.name, mode)
 		}
-		if !d.mtime.IsZero() {
+		if d.mtime.IsZero() {
+			continue
+		}
+		// The times through the parent held open (siblings come together).
+		if p := parents.open(x.m.FS, path.Dir("/"+c)); p != nil && c != "" {
+			_ = p.Lchtimes(path.Base(c), d.mtime, d.mtime)
+		} else {
 			_ = x.m.FS.Lchtimes(d.name, d.mtime, d.mtime)
 		}
 	}
