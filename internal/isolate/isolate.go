@@ -219,12 +219,25 @@ func death(wctx context.Context, l Limits, ps *os.ProcessState, res Result) *Dea
 		d.Reason = OutOfCPU
 	case ws.Signaled():
 		d.Reason, d.Signal = Signaled, ws.Signal()
-	case strings.Contains(res.Stderr, "out of memory") || strings.Contains(res.Stderr, "cannot allocate memory"):
+	case outOfMemory(res.Stderr):
 		d.Reason = OutOfMemory
 	default:
 		d.Reason = Exited
 	}
 	return d
+}
+
+// outOfMemory recognises the Go runtime's fatal errors when a mapping is
+// refused, which under RLIMIT_AS means the limit was reached: "out of
+// memory", "cannot allocate memory", and with the race detector "too many
+// address space collisions".
+func outOfMemory(stderr string) bool {
+	for _, s := range []string{"out of memory", "cannot allocate memory", "address space collisions"} {
+		if strings.Contains(stderr, "fatal error: ") && strings.Contains(stderr, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // Enter is the child's first step: it applies the limits Run passed (its
