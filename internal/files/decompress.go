@@ -47,12 +47,13 @@ func (m *Manager) Decompress(ctx context.Context, root, file string) (Decompress
 	if m.Isolation != nil {
 		return m.decompressIsolated(ctx, root, file)
 	}
-	return m.decompressHere(ctx, root, file, nil)
+	return m.decompressHere(ctx, root, file, nil, nil)
 }
 
 // decompressHere is Decompress in this process. Each entry is announced to
-// journal (when not nil) before it is created: see journal.
-func (m *Manager) decompressHere(ctx context.Context, root, file string, journal io.Writer) (DecompressResult, error) {
+// journal (when not nil) before it is created: see journal. b (when not
+// nil) makes room in the sandbox's limit before each write: see budget.
+func (m *Manager) decompressHere(ctx context.Context, root, file string, journal io.Writer, b *budget) (DecompressResult, error) {
 	name := join(root, file)
 	src, err := m.FS.Open(name)
 	if err != nil {
@@ -81,7 +82,7 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 	if err != nil {
 		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	x := &extraction{m: m, root: root, journal: journal, links: map[string]bool{}, known: map[string]bool{}, made: map[string]bool{}}
+	x := &extraction{m: m, root: root, journal: journal, budget: b, links: map[string]bool{}, known: map[string]bool{}, made: map[string]bool{}}
 	defer x.seq.close()
 	switch f := format.(type) {
 	case archives.Zip:
@@ -116,6 +117,11 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	if err != nil {
 		return usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
+	var declared uint64 // saturates: a declared size beyond any disk is refused all the same
+	for _, f := range zr.File {
+		declared = min(declared+min(f.UncompressedSize64, 1<<60)+entryMargin, 1<<62)
+	}
+	x.budget.ensure(int64(declared))
 	if err := x.m.zipFits(zr); err != nil {
 		return err
 	}
@@ -252,6 +258,7 @@ type extraction struct {
 	m       *Manager
 	root    string
 	journal io.Writer       // where entries are announced before they are made; nil: nowhere
+	budget  *budget         // the isolated child's share of the disk limit; nil: the daemon's own count
 	seq     dirCache        // the directory held open by the sequential formats (all but zip)
 	links   map[string]bool // links made by this archive (cleaned names below root)
 
@@ -390,6 +397,7 @@ func (x *extraction) mkdirs(name string) error {
 		if err := x.announce(journalDir, p); err != nil {
 			return err
 		}
+		x.budget.ensure(entryMargin)
 		err := x.m.FS.Mkdir(p, 0o755)
 		if err == nil {
 			made = append(made, p)
@@ -458,11 +466,12 @@ func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime t
 	if err := x.announce(journalEntry, name); err != nil {
 		return err
 	}
+	x.budget.ensure(entryMargin)
 	w, err := x.create(dirs, dir, name, perm)
 	if err != nil {
 		return x.skipDenied(err)
 	}
-	n, err := io.Copy(w, readOnly{r})
+	n, err := io.Copy(budgetWriter{w, x.budget}, readOnly{r})
 	if err == nil && !mtime.IsZero() {
 		err = w.SetTimes(mtime, mtime)
 	}
@@ -555,6 +564,7 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 	if err := x.announce(journalEntry, name); err != nil {
 		return err
 	}
+	x.budget.ensure(entryMargin)
 	if err := x.m.FS.Symlink(target, name); err != nil {
 		return x.skipDenied(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -56,7 +57,8 @@ type extractJob struct {
 	Dir, File string // as the panel sent them
 	UID, GID  int
 	Denylist  []string
-	DiskLimit int64 // what is left of the server's limit: 0 unlimited, -1 no writes
+	DiskLimit int64 // the first lease of the server's limit: 0 unlimited, -1 no writes
+	Leased    bool  // more can be asked for on descriptor 5
 }
 
 // extractReply is what the child writes on its standard output.
@@ -92,16 +94,24 @@ func (r *replyError) err() error {
 // decompressIsolated is Decompress in a child process.
 func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (DecompressResult, error) {
 	iso := m.Isolation
-	left := m.reserveLeft()
+	// The child's share of the disk limit (decompress_lease.go): a first
+	// lease now, more when it asks.
+	l := &leaser{fsys: m.FS}
+	limit := m.FS.DiskLimit()
+	if limit > 0 {
+		if limit = l.grant(entryMargin); limit == 0 {
+			limit = -1
+		}
+	}
 	// The child wrote through its own sandbox: the daemon's count of the
 	// server's usage learns it from the disk, whatever happened.
 	defer func() {
-		m.FS.Release(max(left, 0))
+		l.release()
 		_, _ = m.FS.RefreshUsage(context.WithoutCancel(ctx))
 	}()
 	job, err := json.Marshal(extractJob{
 		Dir: root, File: file,
-		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: left,
+		UID: iso.UID, GID: iso.GID, Denylist: iso.Denylist, DiskLimit: limit, Leased: limit > 0,
 	})
 	if err != nil {
 		return DecompressResult{}, err
@@ -126,11 +136,21 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 		return DecompressResult{}, err
 	}
 	defer rootDir.Close()
+	ours, theirs, err := socketPair()
+	if err != nil {
+		return DecompressResult{}, err
+	}
+	defer ours.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() { l.serve(ours) })
 
 	out, err := isolate.Run(ctx, isolate.Spec{
 		Command: command, Limits: iso.Limits, UID: iso.UID, GID: iso.GID,
-		Stdin: job, ExtraFiles: []*os.File{journal, rootDir},
+		Stdin: job, ExtraFiles: []*os.File{journal, rootDir, theirs},
 	})
+	// The child is gone: closing the last copy of its end ends serve.
+	_ = theirs.Close()
+	wg.Wait()
 	var rep extractReply
 	if err == nil {
 		if jerr := json.Unmarshal(out.Stdout, &rep); jerr != nil {
@@ -153,27 +173,13 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 	return rep.Result, nil
 }
 
-// reserveLeft is the disk limit the child's sandbox gets: what is left of
-// the server's (0 unlimited, -1 no writes), reserved in the daemon's count
-// while the child runs, so that no other writer (SFTP, another
-// decompression: file jobs run together) can use the same bytes and the
-// server end past its limit. The price: while a decompression runs on a
-// server with a limit, its other writes find the disk full.
-func (m *Manager) reserveLeft() int64 {
-	for range 3 { // another writer may take some between the two reads
-		lim := m.FS.DiskLimit()
-		if lim <= 0 {
-			return lim
-		}
-		left := lim - m.FS.Usage()
-		if left <= 0 {
-			return -1
-		}
-		if m.FS.Reserve(left) == nil {
-			return left
-		}
+// socketPair is a connected pair of Unix stream sockets.
+func socketPair() (*os.File, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decompress lease socket: %w", err)
 	}
-	return -1
+	return os.NewFile(uintptr(fds[0]), "lease"), os.NewFile(uintptr(fds[1]), "lease"), nil
 }
 
 func head(s string) string {
@@ -257,7 +263,8 @@ func (m *Manager) undo(journal *os.File) {
 // ExtractWorkerMain is the child's side (`wharf extract-worker`): it applies
 // its limits, reads the job on standard input, extracts through a sandbox
 // of the server's root (open on descriptor 4), announcing entries on
-// descriptor 3, and writes the result on standard output.
+// descriptor 3 and asking for shares of the disk limit on descriptor 5, and
+// writes the result on standard output.
 func ExtractWorkerMain(ctx context.Context) error {
 	if err := isolate.Enter(); err != nil {
 		return err
@@ -267,14 +274,14 @@ func ExtractWorkerMain(ctx context.Context) error {
 		return errors.New("no journal descriptor")
 	}
 	defer journal.Close()
-	return runExtractWorker(ctx, os.Stdin, os.Stdout, journal)
+	return runExtractWorker(ctx, os.Stdin, os.Stdout, journal, os.NewFile(5, "lease"))
 }
 
 // workerRoot is the server's root in the child: the directory the daemon
 // opened for it, reached through its descriptor (no path walk).
 const workerRoot = "/proc/self/fd/4"
 
-func runExtractWorker(ctx context.Context, in io.Reader, out, journal io.Writer) error {
+func runExtractWorker(ctx context.Context, in io.Reader, out, journal io.Writer, lease io.ReadWriter) error {
 	var job extractJob
 	if err := json.NewDecoder(io.LimitReader(in, 16<<20)).Decode(&job); err != nil {
 		return fmt.Errorf("reading the job: %w", err)
@@ -284,7 +291,11 @@ func runExtractWorker(ctx context.Context, in io.Reader, out, journal io.Writer)
 		return err
 	}
 	defer fsys.Close()
-	res, err := New(fsys).decompressHere(ctx, job.Dir, job.File, journal)
+	var b *budget
+	if job.Leased {
+		b = &budget{fsys: fsys, conn: lease}
+	}
+	res, err := New(fsys).decompressHere(ctx, job.Dir, job.File, journal, b)
 	rep := extractReply{Result: res}
 	if err != nil {
 		rep.Error = replyErrorOf(err)

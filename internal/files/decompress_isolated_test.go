@@ -37,7 +37,7 @@ func testWorker(args []string) int {
 			return 1
 		}
 		j := &dyingJournal{w: os.NewFile(3, "journal"), left: n}
-		if err := runExtractWorker(context.Background(), os.Stdin, os.Stdout, j); err != nil {
+		if err := runExtractWorker(context.Background(), os.Stdin, os.Stdout, j, os.NewFile(5, "lease")); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
