@@ -3,12 +3,16 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -257,6 +261,73 @@ func TestDecompressTogetherStaysWithinTheDiskLimit(t *testing.T) {
 	})
 	if ok == 0 || disk > 2<<20 {
 		t.Fatalf("%d of 4 extracted, %d bytes in the server for a limit of 2 MiB", ok, disk)
+	}
+	n.assertAnswersEveryFace(t, filesServer)
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+		if ppid, _ := strconv.Atoi(f[1]); ppid == pid {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// A client that hangs up in the middle of a long decompression ends it:
+// the daemon kills its child and removes what the child had extracted.
+func TestDecompressEndsWhenTheClientHangsUp(t *testing.T) {
+	n := filesNode(t, 0, nil)
+	var entries []tarEntry
+	zeros := strings.Repeat("\x00", 4<<20)
+	for i := range 128 { // 512 MiB once extracted
+		entries = append(entries, tarEntry{name: fmt.Sprintf("big/%03d.bin", i), body: zeros})
+	}
+	mustWrite(t, n.fpath("big.tar.gz"), string(gzipBytes(makeTar(t, entries))), 0o644)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body, _ := json.Marshal(map[string]string{"root": "/", "file": "big.tar.gz"})
+	req, _ := http.NewRequestWithContext(ctx, "POST", n.URL+"/api/servers/"+filesServer+"/files/decompress", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	done := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			err = fmt.Errorf("the decompression finished before the client hung up: %d", res.StatusCode)
+		}
+		done <- err
+	}()
+	// The control: the child is writing the archive's files.
+	waitFor(t, 30*time.Second, func() bool {
+		_, err := os.Stat(n.fpath("big/000.bin"))
+		return err == nil
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	pid := n.cmd.Process.Pid
+	// Then: the child is gone, and what it extracted with it.
+	waitFor(t, 30*time.Second, func() bool {
+		_, err := os.Lstat(n.fpath("big"))
+		return len(childrenOf(pid)) == 0 && errors.Is(err, os.ErrNotExist)
+	})
+	if got := strings.Join(rootEntries(t, n), " "); got != "big.tar.gz" {
+		t.Fatalf("the root holds %q", got)
 	}
 	n.assertAnswersEveryFace(t, filesServer)
 }
