@@ -116,61 +116,97 @@ func (m *Manager) decompressIsolated(ctx context.Context, root, file string) (De
 	if err != nil {
 		return DecompressResult{}, err
 	}
-	command := iso.Command
-	if command == nil {
-		// The running binary itself, even if it was replaced on disk since
-		// (the child speaks the daemon's version of the job), and even if
-		// the server's user may not walk the path to it.
-		command = []string{"/proc/self/exe", WorkerCommand}
-	}
-	journal, err := newJournal()
+	wf, err := openWorkerFiles(m.FS.Root())
 	if err != nil {
 		return DecompressResult{}, err
 	}
-	defer journal.Close()
-	// The server's root is handed to the child open: the server's user may
-	// not be allowed to walk the host path to it (system.data is the
-	// daemon's).
-	rootDir, err := os.OpenFile(m.FS.Root(), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	defer wf.close()
+	rep, err := m.runWorker(ctx, job, l, wf)
 	if err != nil {
-		return DecompressResult{}, err
-	}
-	defer rootDir.Close()
-	ours, theirs, err := socketPair()
-	if err != nil {
-		return DecompressResult{}, err
-	}
-	defer ours.Close()
-	var wg sync.WaitGroup
-	wg.Go(func() { l.serve(ours) })
-
-	out, err := isolate.Run(ctx, isolate.Spec{
-		Command: command, Limits: iso.Limits, UID: iso.UID, GID: iso.GID,
-		Stdin: job, ExtraFiles: []*os.File{journal, rootDir, theirs},
-	})
-	// The child is gone: closing the last copy of its end ends serve.
-	_ = theirs.Close()
-	wg.Wait()
-	var rep extractReply
-	if err == nil {
-		if jerr := json.Unmarshal(out.Stdout, &rep); jerr != nil {
-			err = fmt.Errorf("decompress: the extractor's answer: %w (stderr: %s)", jerr, head(out.Stderr))
-		}
-	}
-	if err != nil {
-		m.undo(journal)
-		var d *isolate.Death
-		if errors.As(err, &d) {
-			return DecompressResult{}, usererr.Wrap(fmt.Errorf("%w (stderr: %s)", d, head(d.Stderr)),
-				usererr.Invalid, "This archive could not be read: "+d.Error()+".")
-		}
-		return DecompressResult{}, err
+		m.undo(wf.journal)
+		return DecompressResult{}, deathError(err)
 	}
 	if rep.Error != nil {
 		// The child removed what it had made (its own rollback).
 		return rep.Result, rep.Error.err()
 	}
 	return rep.Result, nil
+}
+
+// workerFiles are the descriptors the child gets besides its standard
+// streams: 3 the journal, 4 the server's root, 5 its end of the lease
+// socket (lease is the daemon's end).
+type workerFiles struct {
+	journal, root, theirs, lease *os.File
+}
+
+func openWorkerFiles(root string) (*workerFiles, error) {
+	wf := &workerFiles{}
+	var err error
+	if wf.journal, err = newJournal(); err != nil {
+		return nil, err
+	}
+	// The server's root is handed to the child open: the server's user may
+	// not be allowed to walk the host path to it (system.data is the
+	// daemon's).
+	if wf.root, err = os.OpenFile(root, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err != nil {
+		wf.close()
+		return nil, err
+	}
+	if wf.lease, wf.theirs, err = socketPair(); err != nil {
+		wf.close()
+		return nil, err
+	}
+	return wf, nil
+}
+
+func (wf *workerFiles) close() {
+	for _, f := range []*os.File{wf.journal, wf.root, wf.theirs, wf.lease} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// runWorker runs the child, serving its leases meanwhile, and reads its
+// answer.
+func (m *Manager) runWorker(ctx context.Context, job []byte, l *leaser, wf *workerFiles) (extractReply, error) {
+	command := m.Isolation.Command
+	if command == nil {
+		// The running binary itself, even if it was replaced on disk since
+		// (the child speaks the daemon's version of the job), and even if
+		// the server's user may not walk the path to it.
+		command = []string{"/proc/self/exe", WorkerCommand}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { l.serve(wf.lease) })
+	out, err := isolate.Run(ctx, isolate.Spec{
+		Command: command, Limits: m.Isolation.Limits, UID: m.Isolation.UID, GID: m.Isolation.GID,
+		Stdin: job, ExtraFiles: []*os.File{wf.journal, wf.root, wf.theirs},
+	})
+	// The child is gone: closing the last copy of its end ends serve.
+	_ = wf.theirs.Close()
+	wf.theirs = nil
+	wg.Wait()
+	var rep extractReply
+	if err != nil {
+		return rep, err
+	}
+	if err := json.Unmarshal(out.Stdout, &rep); err != nil {
+		return rep, fmt.Errorf("decompress: the extractor's answer: %w (stderr: %s)", err, head(out.Stderr))
+	}
+	return rep, nil
+}
+
+// deathError is what the user is told when the child died: a 400 that
+// says why (its cause, with the child's first error lines, is logged).
+func deathError(err error) error {
+	var d *isolate.Death
+	if !errors.As(err, &d) {
+		return err
+	}
+	return usererr.Wrap(fmt.Errorf("%w (stderr: %s)", d, head(d.Stderr)),
+		usererr.Invalid, "This archive could not be read: "+d.Error()+".")
 }
 
 // socketPair is a connected pair of Unix stream sockets.
