@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/daemon"
 	"github.com/wharf/wharf/internal/devmode"
 	"github.com/wharf/wharf/internal/diagnostics"
+	"github.com/wharf/wharf/internal/files"
 )
 
 // version and commit are stamped at build time (make release):
@@ -57,6 +58,8 @@ func run(bootTime time.Time, args []string) error {
 			return runConfigure(ctx, args[1:])
 		case "diagnostics":
 			return runDiagnostics(ctx, args[1:])
+		case files.WorkerCommand: // hidden: the daemon's isolated archive decoder
+			return files.ExtractWorkerMain(ctx)
 		case "dev":
 			fs := flag.NewFlagSet("wharf dev", flag.ContinueOnError)
 			dir := fs.String("dir", ".wharf-dev", "state directory for the generated configuration and data")

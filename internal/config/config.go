@@ -84,6 +84,15 @@ type System struct {
 	CrashDetection         CrashDetection `yaml:"crash_detection" json:"crash_detection"`
 	Backups                Backups        `yaml:"backups" json:"backups"`
 	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
+	Decompress             Decompress     `yaml:"decompress" json:"decompress"`
+}
+
+// Decompress bounds the child process that decodes a user's archive for
+// files/decompress (docs/security.md, "Decompression").
+type Decompress struct {
+	MemoryLimit int `yaml:"memory_limit" json:"memory_limit"` // MiB of address space
+	CPULimit    int `yaml:"cpu_limit" json:"cpu_limit"`       // seconds of CPU time
+	Timeout     int `yaml:"timeout" json:"timeout"`           // seconds of wall-clock time
 }
 
 // SystemUser is the account that owns server files; uid/gid are filled at boot.

@@ -37,6 +37,7 @@ func Defaults() *Config {
 			CrashDetection: CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			Backups:        Backups{CompressionLevel: "best_speed"},
 			Transfers:      Transfers{Live: true, Compression: "auto"},
+			Decompress:     Decompress{MemoryLimit: 1024, CPULimit: 1800, Timeout: 3600},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{

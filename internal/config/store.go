@@ -236,6 +236,11 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	}
 	next.RemoteQuery.CustomHeaders = current.Clone().RemoteQuery.CustomHeaders
 	str("system.log_format", &ns.LogFormat, cs.LogFormat)
+	// A limit that protects the host, which the panel knows nothing of.
+	if ns.Decompress != cs.Decompress {
+		kept = append(kept, "system.decompress")
+	}
+	ns.Decompress = cs.Decompress
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	if ns.Timezone == "" {

@@ -115,6 +115,15 @@ func (c *Config) Validate() error {
 	if c.System.CrashDetection.Timeout < 0 {
 		bad("system.crash_detection.timeout", "must not be negative")
 	}
+	if c.System.Decompress.MemoryLimit < 256 {
+		bad("system.decompress.memory_limit", "must be at least 256 (MiB)")
+	}
+	if c.System.Decompress.CPULimit < 1 {
+		bad("system.decompress.cpu_limit", "must be at least 1 (second)")
+	}
+	if c.System.Decompress.Timeout < 1 {
+		bad("system.decompress.timeout", "must be at least 1 (second)")
+	}
 	if c.System.Backups.WriteLimit < 0 {
 		bad("system.backups.write_limit", "must not be negative")
 	}

@@ -291,10 +291,10 @@ func TestDiskLimitDecompressManyEmptyFiles(t *testing.T) {
 	n.assertAnswersEveryFace(t, filesServer)
 }
 
-// makeDeepTree makes depth nested directories "d" below root (deeper than
+// makeDeepChainWithFile makes depth nested directories "d" below root (deeper than
 // a path can name) with a file of size bytes at the bottom, as a game
 // process can, through descriptors.
-func makeDeepTree(t *testing.T, root string, depth, size int) {
+func makeDeepChainWithFile(t *testing.T, root string, depth, size int) {
 	t.Helper()
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
@@ -333,7 +333,7 @@ func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.DiskCheckInterval = 1 },
 	})
-	makeDeepTree(t, n.dataDir(filesServer), 2500, 5*mib)
+	makeDeepChainWithFile(t, n.dataDir(filesServer), 2500, 5*mib)
 	var old unix.Rlimit
 	if err := unix.Prlimit(n.cmd.Process.Pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		t.Fatal(err)

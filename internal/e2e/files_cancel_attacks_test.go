@@ -109,7 +109,7 @@ func (n *node) waitCompressing(t *testing.T) {
 }
 
 // waitIdle waits until the daemon stops using CPU (the compress ended).
-func (n *node) waitIdle(t *testing.T, what string) {
+func (n *node) waitCPUIdle(t *testing.T, what string) {
 	t.Helper()
 	waitUntil(t, 30*time.Second, what, func() bool {
 		cpu := n.cpuOverASecond(t)
@@ -138,7 +138,7 @@ func TestFilesCompressEndsWhenTheClientGoes(t *testing.T) {
 	}
 	hangUp()
 	<-done
-	n.waitIdle(t, "the daemon stops compressing once the client is gone")
+	n.waitCPUIdle(t, "the daemon stops compressing once the client is gone")
 	waitUntil(t, 10*time.Second, "the partial archive is removed", func() bool {
 		_, err := os.Stat(n.fpath("big.tar.gz"))
 		return os.IsNotExist(err)
@@ -158,7 +158,7 @@ func TestFilesCompressEndsWhenTheServerIsDeleted(t *testing.T) {
 	if res, body := n.request("DELETE", "/api/servers/"+filesServer, nil, ""); res.StatusCode != 204 {
 		t.Fatalf("delete: %d %s", res.StatusCode, body)
 	}
-	n.waitIdle(t, "the daemon stops compressing once the server is deleted")
+	n.waitCPUIdle(t, "the daemon stops compressing once the server is deleted")
 	select {
 	case st := <-done:
 		if st != 409 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,6 +29,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], WorkerCommand) {
+		os.Exit(testWorker(os.Args[1:])) // the test binary as the isolated child
+	}
 	code := m.Run()
 	if benchDir != "" {
 		_ = os.RemoveAll(benchDir)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zip"
@@ -39,7 +40,20 @@ type DecompressResult struct {
 // is checked before when the format declares its sizes up front (zip) and
 // enforced on every write; when it is crossed, or on any other error,
 // everything this extraction wrote is removed.
+//
+// With m.Isolation set, the archive is decoded in a child process
+// (decompress_isolated.go); without it, in this one.
 func (m *Manager) Decompress(ctx context.Context, root, file string) (DecompressResult, error) {
+	if m.Isolation != nil {
+		return m.decompressIsolated(ctx, root, file)
+	}
+	return m.decompressHere(ctx, root, file, nil, nil)
+}
+
+// decompressHere is Decompress in this process. Each entry is announced to
+// journal (when not nil) before it is created: see journal. b (when not
+// nil) makes room in the sandbox's limit before each write: see budget.
+func (m *Manager) decompressHere(ctx context.Context, root, file string, journal io.Writer, b *budget) (DecompressResult, error) {
 	name := join(root, file)
 	src, err := m.FS.Open(name)
 	if err != nil {
@@ -68,7 +82,8 @@ func (m *Manager) Decompress(ctx context.Context, root, file string) (Decompress
 	if err != nil {
 		return DecompressResult{}, usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
-	x := &extraction{m: m, root: root, links: map[string]bool{}, known: map[string]bool{}}
+	x := &extraction{m: m, root: root, journal: journal, budget: b, links: map[string]bool{}, known: map[string]bool{}, made: map[string]bool{}}
+	defer x.seq.close()
 	switch f := format.(type) {
 	case archives.Zip:
 		err = x.zip(ctx, src, fi.Size())
@@ -102,6 +117,11 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	if err != nil {
 		return usererr.Wrap(err, usererr.Invalid, ErrCorruptArchive.Message)
 	}
+	var declared uint64 // saturates: a declared size beyond any disk is refused all the same
+	for _, f := range zr.File {
+		declared = min(declared+min(f.UncompressedSize64, 1<<60)+entryMargin, 1<<62)
+	}
+	x.budget.ensure(int64(declared))
 	if err := x.m.zipFits(zr); err != nil {
 		return err
 	}
@@ -147,13 +167,15 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	)
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		wg.Go(func() {
+			var dirs dirCache
+			defer dirs.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(files) || ctx.Err() != nil {
 					return
 				}
 				j := files[i]
-				if err := x.zipEntry(j.f, j.rel); err != nil {
+				if err := x.zipEntry(&dirs, j.f, j.rel); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}
@@ -175,7 +197,7 @@ func (x *extraction) zip(ctx context.Context, r io.ReaderAt, size int64) error {
 	return nil
 }
 
-func (x *extraction) zipEntry(f *zip.File, rel string) error {
+func (x *extraction) zipEntry(dirs *dirCache, f *zip.File, rel string) error {
 	name := join(x.root, rel)
 	mode := f.Mode()
 	if mode.IsDir() {
@@ -193,7 +215,7 @@ func (x *extraction) zipEntry(f *zip.File, rel string) error {
 		return err
 	}
 	defer r.Close()
-	return x.file(name, mode.Perm(), f.Modified, r)
+	return x.file(dirs, name, mode.Perm(), f.Modified, r)
 }
 
 // zipInfo describes a zip entry the way the archives package does.
@@ -233,13 +255,17 @@ func (m *Manager) zipFits(zr *zip.Reader) error {
 }
 
 type extraction struct {
-	m     *Manager
-	root  string
-	links map[string]bool // links made by this archive (cleaned names below root)
+	m       *Manager
+	root    string
+	journal io.Writer       // where entries are announced before they are made; nil: nowhere
+	budget  *budget         // the isolated child's share of the disk limit; nil: the daemon's own count
+	seq     dirCache        // the directory held open by the sequential formats (all but zip)
+	links   map[string]bool // links made by this archive (cleaned names below root)
 
 	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
 	known   map[string]bool // directories known to exist
 	written []string        // files, links and directories this extraction created, in order
+	made    map[string]bool // directories this extraction created (cleaned, relative), with mode 0755
 	dirs    []dirMeta
 	res     DecompressResult
 }
@@ -320,7 +346,7 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 			return err
 		}
 		defer r.Close()
-		return x.file(name, mode.Perm(), f.ModTime(), r)
+		return x.file(&x.seq, name, mode.Perm(), f.ModTime(), r)
 	}
 	x.skip() // device, FIFO, socket
 	return nil
@@ -336,43 +362,85 @@ func (x *extraction) skipDenied(err error) error {
 }
 
 // mkdirs creates name and its missing parents, remembering the new ones;
-// directories already made or seen are not looked at again.
+// directories already made or seen are not looked at again. A directory
+// whose parent this extraction made is taken as missing without a look
+// (archives list a directory's entries after it), and only the missing
+// ones are made: a new directory costs one mkdir, where MkdirAll would try
+// (and resolve from the root) every level of its path again.
 func (x *extraction) mkdirs(name string) error {
 	c := strings.TrimPrefix(path.Clean("/"+name), "/")
-	if c == "" {
-		return nil
-	}
-	x.mu.Lock()
-	ok := x.known[c]
-	x.mu.Unlock()
-	if ok {
+	if c == "" || x.isKnown(c) {
 		return nil
 	}
 	var missing []string
 	for p := c; p != "." && p != ""; p = path.Dir(p) {
-		_, err := x.m.FS.Lstat(p)
-		if err == nil {
+		if x.isKnown(p) {
 			break
 		}
-		if sandbox.IsPathLimit(err) {
-			return err // refused at once, not once per prefix
+		if !x.madeDir(path.Dir(p)) {
+			_, err := x.m.FS.Lstat(p)
+			if err == nil {
+				break
+			}
+			if sandbox.IsPathLimit(err) {
+				return err // refused at once, not once per prefix
+			}
 		}
 		missing = append(missing, p)
 	}
-	if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
-		return err
+	if len(missing) == 0 {
+		// c exists: MkdirAll checks it is a directory (or an in-root link
+		// to one) and that it may be changed.
+		if err := x.m.FS.MkdirAll(c, 0o755); err != nil {
+			return err
+		}
+	}
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		if err := x.announce(journalDir, p); err != nil {
+			return err
+		}
+		x.budget.ensure(entryMargin)
+		err := x.m.FS.Mkdir(p, 0o755)
+		if err == nil {
+			made = append(made, p)
+		} else if !x.isDir(err, p) {
+			return err
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for i := len(missing) - 1; i >= 0; i-- {
-		if !x.known[missing[i]] {
-			x.written = append(x.written, missing[i])
-		}
+	for _, p := range made {
+		x.written = append(x.written, p)
+		x.made[p] = true
 	}
 	for p := c; p != "." && p != ""; p = path.Dir(p) {
 		x.known[p] = true
 	}
 	return nil
+}
+
+func (x *extraction) madeDir(p string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.made[p]
+}
+
+func (x *extraction) isKnown(p string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.known[p]
+}
+
+// isDir reports whether a Mkdir of name failed only because the directory
+// exists (another worker of this extraction, zip, made it first).
+func (x *extraction) isDir(err error, name string) bool {
+	if !errors.Is(err, sandbox.ErrExist) {
+		return false
+	}
+	fi, serr := x.m.FS.Stat(name)
+	return serr == nil && fi.IsDir()
 }
 
 // clear removes a link or file in the way of a new entry; a directory in
@@ -391,26 +459,23 @@ func (x *extraction) clear(name string) error {
 	return x.m.FS.Remove(name)
 }
 
-func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
-	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
+func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
+	dir := path.Dir("/" + name)
+	if err := x.mkdirs(dir); err != nil {
 		return x.skipDenied(err)
 	}
 	if perm == 0 {
 		perm = 0o644
 	}
-	// A new file is created exclusively; only when something is in the way
-	// is it looked at (a link or file removed, a directory refused).
-	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if errors.Is(err, sandbox.ErrExist) {
-		if err := x.clear(name); err != nil {
-			return err
-		}
-		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err := x.announce(journalEntry, name); err != nil {
+		return err
 	}
+	x.budget.ensure(entryMargin)
+	w, err := x.create(dirs, dir, name, perm)
 	if err != nil {
 		return x.skipDenied(err)
 	}
-	n, err := io.Copy(w, readOnly{r})
+	n, err := io.Copy(budgetWriter{w, x.budget}, readOnly{r})
 	if err == nil && !mtime.IsZero() {
 		err = w.SetTimes(mtime, mtime)
 	}
@@ -422,6 +487,57 @@ func (x *extraction) file(name string, perm fs.FileMode, mtime time.Time, r io.R
 		return err
 	}
 	return nil
+}
+
+// create makes the new file name exclusively. The usual case, nothing in
+// the way, costs one openat relative to the directory held open in dirs
+// (sandbox.Dir: no walk from the root, no link resolution, no descriptor
+// check, which made the per-file sandbox OpenFile most of an extraction's
+// CPU). Anything unusual takes the general path through the root: a file
+// or link in the way (removed, a directory refused), a directory that is an
+// in-root link (OpenDir does not follow it), any error.
+func (x *extraction) create(dirs *dirCache, dir, name string, perm fs.FileMode) (*sandbox.File, error) {
+	if d := dirs.open(x.m.FS, dir); d != nil {
+		w, err := d.Create(path.Base(name), perm)
+		if err == nil || errors.Is(err, sandbox.ErrDenied) || errors.Is(err, sandbox.ErrNoSpace) {
+			return w, err
+		}
+	}
+	w, err := x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if errors.Is(err, sandbox.ErrExist) {
+		if err := x.clear(name); err != nil {
+			return nil, err
+		}
+		w, err = x.m.FS.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	}
+	return w, err
+}
+
+// dirCache holds the directory the last file was created in open, for the
+// next one: archives list the files of a directory together. One goroutine
+// uses it; it holds one descriptor at most.
+type dirCache struct {
+	name string
+	d    *sandbox.Dir
+	bad  bool // name could not be opened as a Dir
+}
+
+func (c *dirCache) open(fsys *sandbox.FS, name string) *sandbox.Dir {
+	if c.name == name && (c.d != nil || c.bad) {
+		return c.d
+	}
+	c.close()
+	c.name = name
+	d, err := fsys.OpenDir(name)
+	c.d, c.bad = d, err != nil
+	return d
+}
+
+func (c *dirCache) close() {
+	if c.d != nil {
+		_ = c.d.Close()
+	}
+	*c = dirCache{}
 }
 
 func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
@@ -449,6 +565,10 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 	if err := x.clear(name); err != nil {
 		return err
 	}
+	if err := x.announce(journalEntry, name); err != nil {
+		return err
+	}
+	x.budget.ensure(entryMargin)
 	if err := x.m.FS.Symlink(target, name); err != nil {
 		return x.skipDenied(err)
 	}
@@ -460,8 +580,9 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 	return nil
 }
 
-// hardlink stores a copy of a regular file this archive extracted before;
-// any other target is skipped.
+// hardlink stores a copy of a regular file this archive extracted before,
+// with its mode and time (a hard link shares them); any other target is
+// skipped.
 func (x *extraction) hardlink(rel, name, target string) error {
 	t, ok := x.entryName(target)
 	if !ok || t == rel {
@@ -473,18 +594,18 @@ func (x *extraction) hardlink(rel, name, target string) error {
 		x.skip()
 		return nil
 	}
-	if fi, err := x.m.FS.Lstat(tname); err != nil || !fi.Mode().IsRegular() {
+	src, err := x.m.FS.Open(tname)
+	if err != nil {
 		x.skip()
 		return nil
 	}
-	if err := x.clear(name); err != nil {
-		return err
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		x.skip()
+		return nil
 	}
-	if err := x.m.FS.Copy(tname, name); err != nil {
-		return x.skipDenied(err)
-	}
-	x.wroteFile(name, 0)
-	return nil
+	return x.file(&x.seq, name, fi.Mode().Perm(), fi.ModTime(), src)
 }
 
 func (x *extraction) wrote(name string) bool {
@@ -515,7 +636,7 @@ func (x *extraction) single(ctx context.Context, d archives.Decompressor, stream
 		return sandbox.ErrDenied
 	}
 	x.known[path.Clean("/" + x.root)[1:]] = true
-	return x.file(name, 0o644, time.Time{}, ctxReader{ctx, rc})
+	return x.file(&x.seq, name, 0o644, time.Time{}, ctxReader{ctx, rc})
 }
 
 type ctxReader struct {
@@ -540,12 +661,22 @@ func (x *extraction) rollback() {
 // finishDirs applies the directories' modes and times, deepest last
 // written first, once their contents are in place.
 func (x *extraction) finishDirs() {
+	var parents dirCache
+	defer parents.close()
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		d := x.dirs[i]
-		if d.mode != 0 {
-			_ = x.m.FS.Chmod(d.name, d.mode|0o700)
+		c := strings.TrimPrefix(path.Clean("/"+d.name), "/")
+		// A directory this extraction made already has mode 0755.
+		if mode := d.mode | 0o700; d.mode != 0 && !(x.made[c] && mode == 0o755) {
+			_ = x.m.FS.Chmod(d.name, mode)
 		}
-		if !d.mtime.IsZero() {
+		if d.mtime.IsZero() {
+			continue
+		}
+		// The times through the parent held open (siblings come together).
+		if p := parents.open(x.m.FS, path.Dir("/"+c)); p != nil && c != "" {
+			_ = p.Lchtimes(path.Base(c), d.mtime, d.mtime)
+		} else {
 			_ = x.m.FS.Lchtimes(d.name, d.mtime, d.mtime)
 		}
 	}
@@ -562,6 +693,10 @@ func (x *extraction) userError(err error) error {
 		return ErrNoSpace
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
+	case errors.As(err, &se) && (se.Errno == syscall.EACCES || se.Errno == syscall.EPERM):
+		// The isolated extraction runs as the server's user: a file or
+		// directory of another owner in the server's tree refuses it.
+		return usererr.Wrap(err, usererr.Invalid, fmt.Sprintf("Cannot extract the archive: %s is not writable by the server's user.", se.Path))
 	case errors.As(err, &se):
 		return err
 	}

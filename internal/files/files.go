@@ -23,6 +23,9 @@ type Manager struct {
 	// TempDir is where archive readers that need a seekable copy spool it;
 	// os.TempDir() when empty.
 	TempDir string
+	// Isolation, when set, makes Decompress decode in a child process
+	// (decompress_isolated.go).
+	Isolation *Isolation
 }
 
 // New returns the file manager of fsys.

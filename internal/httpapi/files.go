@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/http"
 	"path"
+	"time"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/files"
+	"github.com/wharf/wharf/internal/isolate"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -252,7 +254,19 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		return err
 	}
 	defer end()
-	res, err := a.fileManager(s).Decompress(ctx, req.Root, req.File)
+	fm := a.fileManager(s)
+	cfg := a.Config.Get().System
+	d := cfg.Decompress
+	fm.Isolation = &files.Isolation{
+		Limits: isolate.Limits{
+			Memory: int64(d.MemoryLimit) << 20,
+			CPU:    time.Duration(d.CPULimit) * time.Second,
+			Wall:   time.Duration(d.Timeout) * time.Second,
+		},
+		UID: cfg.User.UID, GID: cfg.User.GID,
+		Denylist: s.Definition().Config.Egg.FileDenylist,
+	}
+	res, err := fm.Decompress(ctx, req.Root, req.File)
 	if err != nil {
 		return workErr(ctx, err)
 	}

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/bench"
+	"github.com/wharf/wharf/internal/testutil/tree"
+)
+
+// childrenCPU is the CPU time of the waited-for children of a process
+// (cutime + cstime in /proc/<pid>/stat): for the daemon, its decompress
+// children.
+func childrenCPU(tb testing.TB, pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[13], 10, 64)
+	st, _ := strconv.ParseInt(f[14], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // CLK_TCK = 100
+}
+
+// BenchmarkDecompressE2E: files/decompress of a tar.gz of a game-server
+// tree (tree.GameServer, WHARF_BENCH_TREE_MB MiB, 512 by default) on the
+// real binary, timed at the client, into an empty directory of the server,
+// next to `tar -xzf` of the same archive on the same disk. It reports the
+// daemon's CPU (daemon-cpu-s/op), its decompress child's (child-cpu-s/op,
+// from the daemon's cutime/cstime) and tar's (tar-cpu-s/op).
+func BenchmarkDecompressE2E(b *testing.B) {
+	size := benchSize("WHARF_BENCH_TREE_MB")
+	if os.Getenv("WHARF_BENCH_TREE_MB") == "" {
+		size = 512 << 20
+	}
+	s := exampleServer(filesServer)
+	s.Settings["build"] = map[string]any{"memory_limit": 1024, "disk_space": 0}
+	n := startNode(b, nodeOptions{servers: []devpanel.Server{s}})
+	base := filepath.Dir(n.Config.System.Data)
+	src := filepath.Join(base, "src")
+	total, err := tree.GameServer(src, size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	arc := filepath.Join(base, "tree.tar.gz")
+	if out, err := exec.Command("tar", "-czf", arc, "-C", src, ".").CombinedOutput(); err != nil {
+		b.Fatal(err, string(out))
+	}
+	_ = os.RemoveAll(src)
+	pid := n.cmd.Process.Pid
+	var daemonCPU, childCPU, tarCPU time.Duration
+	runs, i := 0, 0
+	bench.Paired(b, total, func() func() {
+		dir := "run-" + strconv.Itoa(i)
+		i++
+		if err := os.MkdirAll(n.fpath(dir), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Link(arc, n.fpath(dir+"/a.tar.gz")); err != nil {
+			b.Fatal(err)
+		}
+		cpu0, child0 := procCPU(b, pid), childrenCPU(b, pid)
+		res, body := n.files("POST", "decompress", map[string]string{"root": "/" + dir, "file": "a.tar.gz"})
+		if res.StatusCode != 204 {
+			b.Fatalf("decompress: %d %s", res.StatusCode, body)
+		}
+		daemonCPU += procCPU(b, pid) - cpu0
+		childCPU += childrenCPU(b, pid) - child0
+		runs++
+		return func() { _ = os.RemoveAll(n.fpath(dir)) }
+	}, func() func() {
+		dst := filepath.Join(base, "ref")
+		_ = os.MkdirAll(dst, 0o755)
+		var ru0, ru1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru0)
+		if out, err := exec.Command("tar", "-xzf", arc, "-C", dst).CombinedOutput(); err != nil {
+			b.Fatal(err, string(out))
+		}
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru1)
+		tarCPU += time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		return func() { _ = os.RemoveAll(dst) }
+	})
+	b.ReportMetric(daemonCPU.Seconds()/float64(runs), "daemon-cpu-s/op")
+	b.ReportMetric(childCPU.Seconds()/float64(runs), "child-cpu-s/op")
+	b.ReportMetric(tarCPU.Seconds()/float64(runs), "tar-cpu-s/op")
+}
