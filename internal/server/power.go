@@ -237,6 +237,9 @@ func (s *Server) startContainer(ctx context.Context, def Definition) error {
 	if err := s.ensureImage(ctx, def.Config.Container.Image); err != nil {
 		return err
 	}
+	if err := s.prepareContainer(ctx, def.Config, cfg, &spec); err != nil {
+		return err
+	}
 	if err := rt.Create(ctx, spec); err != nil {
 		return err
 	}
