@@ -193,6 +193,21 @@ func ContainerMounts(c Configuration, dataDir string, allowed []string) (mounts 
 	return mounts, refused
 }
 
+// withSystemMounts puts the node's file mounts after the data directory;
+// a backend mount over one of their targets is refused (the engine would
+// refuse the container for the duplicate).
+func withSystemMounts(mounts []runtime.Mount, refused []string, system []runtime.Mount) ([]runtime.Mount, []string) {
+	out := append([]runtime.Mount{mounts[0]}, system...)
+	for _, m := range mounts[1:] {
+		if slices.ContainsFunc(system, func(s runtime.Mount) bool { return s.Target == m.Target }) {
+			refused = append(refused, m.Source)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, refused
+}
+
 func underAny(path string, roots []string) bool {
 	for _, r := range roots {
 		if !filepath.IsAbs(r) {
@@ -210,7 +225,7 @@ func underAny(path string, roots []string) bool {
 // configuration and the node's settings.
 func ServerContainerSpec(c Configuration, node *config.Config, dataDir string) (runtime.ContainerSpec, []string) {
 	mounts, refused := ContainerMounts(c, dataDir, node.AllowedMounts)
-	mounts = slices.Insert(mounts, 1, systemMounts(node, c.UUID)...)
+	mounts, refused = withSystemMounts(mounts, refused, systemMounts(node, c.UUID))
 	d := node.Docker
 	spec := runtime.ContainerSpec{
 		Name:       c.UUID,

@@ -43,6 +43,14 @@ func TestSystemMountsAndFiles(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(node.System.RootDirectory, "machine-id", id)); !os.IsNotExist(err) {
 		t.Errorf("machine-id left after delete: %v", err)
 	}
+	// A backend mount over /etc/machine-id is refused, others kept.
+	node.AllowedMounts = []string{"/srv"}
+	spec, refused := ServerContainerSpec(Configuration{UUID: id, Mounts: []Mount{
+		{Source: "/srv/id", Target: "/etc/machine-id"}, {Source: "/srv/maps", Target: "/maps"},
+	}}, node, "/data/"+id)
+	if len(spec.Mounts) != 5 || spec.Mounts[4].Target != "/maps" || len(refused) != 1 || refused[0] != "/srv/id" {
+		t.Errorf("backend mounts: %+v refused %v", spec.Mounts, refused)
+	}
 	node.System.User.Passwd.Enable, node.System.MachineID.Enable = false, false
 	if spec, _ := ServerContainerSpec(Configuration{UUID: id}, node, "/data/"+id); len(spec.Mounts) != 1 {
 		t.Errorf("disabled: mounts %v", spec.Mounts)
