@@ -64,7 +64,7 @@ func (s *Server) CreateContainer(ctx context.Context) error {
 	node := s.deps.Config.Get()
 	spec, refused := ServerContainerSpec(def.Config, node, s.DataDir())
 	for _, m := range refused {
-		s.log.Warn("refused a mount outside allowed_mounts", "source", m)
+		s.log.Warn("refused a mount outside allowed_mounts or over a system file", "source", m)
 	}
 	if err := s.ensureImage(ctx, def.Config.Container.Image); err != nil {
 		return err
