@@ -131,6 +131,9 @@ func TestPelicanServerTimezone(t *testing.T) {
 			t.Errorf("%s: %v, want TZ=%s", s, tz, want)
 		}
 	}
+	// The user's variable pointing outside the zone database changed
+	// nothing else.
+	n.assertAnswersEveryFace(t, bogus.UUID)
 	// Inside the container, as the game sees it.
 	if out, code := execIn(t, tokyo.UUID, "sh", "-c", `echo "tz=$TZ"`); code != 0 || strings.TrimSpace(out) != "tz=Asia/Tokyo" {
 		t.Errorf("inside: %q (exit %d)", out, code)
@@ -234,6 +237,7 @@ func TestPelicanMachineIDAndPasswd(t *testing.T) {
 			t.Errorf("%s is writable from the container (%q)", f, out)
 		}
 	}
+	n.assertAnswersEveryFace(t, s.UUID)
 	hostFile := filepath.Join(n.Config.System.RootDirectory, "machine-id", s.UUID)
 	if b, err := os.ReadFile(hostFile); err != nil || string(b) != wantID {
 		t.Errorf("host file %s: %q %v", hostFile, b, err)
