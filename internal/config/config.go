@@ -85,6 +85,7 @@ type System struct {
 	Backups                Backups        `yaml:"backups" json:"backups"`
 	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
 	Decompress             Decompress     `yaml:"decompress" json:"decompress"`
+	MachineID              MachineID      `yaml:"machine_id" json:"machine_id"`
 }
 
 // Decompress bounds the child process that decodes a user's archive for
@@ -95,11 +96,29 @@ type Decompress struct {
 	Timeout     int `yaml:"timeout" json:"timeout"`           // seconds of wall-clock time
 }
 
+// MachineID is the per-server /etc/machine-id (Pelican Wings' key): a file
+// named after each server in Directory, holding its uuid without dashes,
+// mounted read-only into its container. Some games (Hytale) keep their
+// authentication state by the machine id.
+type MachineID struct {
+	Enable    bool   `yaml:"enable" json:"enable"`
+	Directory string `yaml:"directory" json:"directory"`
+}
+
+// Passwd is the /etc/passwd and /etc/group pair mounted read-only into every
+// server container (Pelican Wings' system.user.passwd), naming the uid and
+// gid the container runs as, for images that need a resolvable user.
+type Passwd struct {
+	Enable    bool   `yaml:"enable" json:"enable"`
+	Directory string `yaml:"directory" json:"directory"`
+}
+
 // SystemUser is the account that owns server files; uid/gid are filled at boot.
 type SystemUser struct {
 	Rootless Rootless `yaml:"rootless" json:"rootless"`
 	UID      int      `yaml:"uid" json:"uid"`
 	GID      int      `yaml:"gid" json:"gid"`
+	Passwd   Passwd   `yaml:"passwd" json:"passwd"`
 }
 
 // Rootless configures rootless container mode.

@@ -38,6 +38,8 @@ func Defaults() *Config {
 			Backups:        Backups{CompressionLevel: "best_speed"},
 			Transfers:      Transfers{Live: true, Compression: "auto"},
 			Decompress:     Decompress{MemoryLimit: 1024, CPULimit: 1800, Timeout: 3600},
+			User:           SystemUser{Passwd: Passwd{Enable: true}},
+			MachineID:      MachineID{Enable: true},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{
@@ -84,4 +86,22 @@ func (c *Config) PlaceUnder(dir string) {
 	c.System.BackupDirectory = filepath.Join(dir, "lib", "backups")
 	c.System.LogDirectory = filepath.Join(dir, "log")
 	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+}
+
+// PasswdDirectory is where /etc/passwd and /etc/group for containers are
+// written: system.user.passwd.directory, by default <root_directory>/etc.
+func (s System) PasswdDirectory() string {
+	if s.User.Passwd.Directory != "" {
+		return s.User.Passwd.Directory
+	}
+	return filepath.Join(s.RootDirectory, "etc")
+}
+
+// MachineIDDirectory holds the per-server machine-id files:
+// system.machine_id.directory, by default <root_directory>/machine-id.
+func (s System) MachineIDDirectory() string {
+	if s.MachineID.Directory != "" {
+		return s.MachineID.Directory
+	}
+	return filepath.Join(s.RootDirectory, "machine-id")
 }

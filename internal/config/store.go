@@ -243,6 +243,9 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	ns.Decompress = cs.Decompress
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
+	// Where the daemon writes host files (machine-id, passwd under User):
+	// the node's business, as User is.
+	ns.MachineID = cs.MachineID
 	if ns.Timezone == "" {
 		ns.Timezone = cs.Timezone // auto-detected at boot and persisted
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -104,6 +105,12 @@ func (c *Config) Validate() error {
 		if _, err := time.LoadLocation(c.System.Timezone); err != nil {
 			bad("system.timezone", "is not a known time zone")
 		}
+	}
+	if d := c.System.User.Passwd.Directory; d != "" && !filepath.IsAbs(d) {
+		bad("system.user.passwd.directory", "must be an absolute path (or empty: <root_directory>/etc)")
+	}
+	if d := c.System.MachineID.Directory; d != "" && !filepath.IsAbs(d) {
+		bad("system.machine_id.directory", "must be an absolute path (or empty: <root_directory>/machine-id)")
 	}
 	if c.System.SFTP.BindPort < 1 || c.System.SFTP.BindPort > 65535 {
 		bad("system.sftp.bind_port", "must be between 1 and 65535")

@@ -85,8 +85,20 @@ func TestServersEnvironmentAndLimits(t *testing.T) {
 	if _, ok := hc.Tmpfs["/tmp"]; !ok {
 		t.Errorf("tmpfs %v", hc.Tmpfs)
 	}
-	if len(info.Mounts) != 1 || info.Mounts[0].Destination != "/home/container" ||
-		info.Mounts[0].Source != filepath.Join(n.Config.System.Data, s.UUID) {
+	// The data directory, writable; the rest are the read-only system files
+	// (pelican_settings_test.go).
+	dataMounts := 0
+	for _, m := range info.Mounts {
+		data := m.Destination == "/home/container" && m.Source == filepath.Join(n.Config.System.Data, s.UUID) && m.RW
+		system := !m.RW && slices.Contains([]string{"/etc/passwd", "/etc/group", "/etc/machine-id"}, m.Destination)
+		if data {
+			dataMounts++
+		}
+		if !data && !system {
+			t.Errorf("mounts %+v", info.Mounts)
+		}
+	}
+	if dataMounts != 1 || len(info.Mounts) != 4 {
 		t.Errorf("mounts %+v", info.Mounts)
 	}
 	var bound []string

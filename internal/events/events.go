@@ -31,6 +31,9 @@ const (
 	TransferStatus         = "transfer status"
 	TransferLogs           = "transfer logs"
 	Deleted                = "deleted"
+	// FeatureMatch: a console line matched an egg feature (Pelican); the
+	// argument is a JSON object {key, line, pattern}.
+	FeatureMatch = "feature match"
 )
 
 // Event is one message, already in its wire shape: a name and string args.

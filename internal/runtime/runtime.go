@@ -179,6 +179,10 @@ type NetworkSpec struct {
 	IPv6Subnet string
 	IPv6Gate   string
 	EnableIPv6 bool
+	// HostIPv4 is the source address of the bridge's masquerade: the
+	// containers' outgoing traffic leaves from it (empty: the engine's
+	// choice, the host's primary address).
+	HostIPv4 string
 }
 
 // NetworkInfo is what exists after EnsureNetwork.

@@ -36,7 +36,21 @@ func quietEnv(b *testing.B, mutate func(*config.Config), servers ...devpanel.Ser
 // Console throughput: lines per second delivered to a subscriber from a
 // flooding container (throttle off), and the daemon's CPU per 10k lines.
 func BenchmarkConsoleThroughput(b *testing.B) {
+	benchConsoleThroughput(b, gameDef(nil))
+}
+
+// The same with Pelican egg features to match on every line (none match).
+func BenchmarkConsoleThroughputFeatures(b *testing.B) {
 	def := gameDef(nil)
+	def.Settings["egg"] = map[string]any{"features": map[string]any{
+		"eula":         []string{"you need to agree to the eula in order to run the server"},
+		"java_version": []string{"minecraft 1.17 requires running the server with java 16 or above", "unsupported class file major version"},
+		"pid_limit":    []string{"pthread_create failed", "failed to create thread", "unable to create native thread"},
+	}}
+	benchConsoleThroughput(b, def)
+}
+
+func benchConsoleThroughput(b *testing.B, def devpanel.Server) {
 	e := quietEnv(b, func(c *config.Config) { c.Throttles.Enabled = false }, def)
 	s := e.server(def.UUID)
 	if err := s.Power(context.Background(), PowerStart, time.Second); err != nil {

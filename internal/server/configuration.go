@@ -48,7 +48,19 @@ type Build struct {
 	CPULimit    int64  `json:"cpu_limit"`  // percent of one core
 	DiskSpace   int64  `json:"disk_space"` // MiB, 0 unlimited, -1 no writes
 	Threads     string `json:"threads"`
-	OOMDisabled bool   `json:"oom_disabled"`
+	OOMDisabled bool   `json:"oom_disabled"`         // Pterodactyl's name
+	OOMKiller   *bool  `json:"oom_killer,omitempty"` // Pelican's name, and its opposite
+}
+
+// OOMKillDisabled reports whether the kernel's OOM killer is off for the
+// container. Pelican sends oom_killer (environment/settings.go in Pelican
+// Wings: OomKillDisable = !OOMKiller), Pterodactyl oom_disabled; when a
+// configuration carries both, Pelican's wins.
+func (b Build) OOMKillDisabled() bool {
+	if b.OOMKiller != nil {
+		return !*b.OOMKiller
+	}
+	return b.OOMDisabled
 }
 
 // DiskLimitBytes converts disk_space to bytes, keeping 0 (unlimited) and -1 (no writes).
@@ -70,6 +82,24 @@ type Mount struct {
 type Egg struct {
 	ID           string   `json:"id"`
 	FileDenylist []string `json:"file_denylist"`
+	Features     Features `json:"features,omitempty"`
+}
+
+// Features maps a Pelican egg feature (eula, java_version, ...) to the
+// console strings that reveal it is needed; see FeatureMatcher.
+type Features map[string][]string
+
+// UnmarshalJSON reads the object Pelican sends. Its panel encodes an egg
+// without features as [] (an empty PHP array), and Pelican Wings
+// (server/configuration.go) drops features it cannot read rather than the
+// whole configuration: so do we.
+func (f *Features) UnmarshalJSON(b []byte) error {
+	var m map[string][]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		m = nil
+	}
+	*f = m
+	return nil
 }
 
 // Container holds the image.

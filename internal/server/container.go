@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/runtime"
@@ -20,7 +22,7 @@ const mib = 1024 * 1024
 // (upper-cased, sorted, never overriding the five above).
 func EnvironmentVariables(c Configuration, timezone string) []string {
 	env := []string{
-		"TZ=" + timezone,
+		"TZ=" + ServerTimezone(c.Environment, timezone),
 		"STARTUP=" + c.Invocation,
 		"SERVER_MEMORY=" + strconv.FormatInt(c.Build.MemoryLimit, 10),
 		"SERVER_IP=" + c.Allocations.Default.IP,
@@ -40,6 +42,21 @@ func EnvironmentVariables(c Configuration, timezone string) []string {
 		env = append(env, name+"="+envValue(c.Environment[k]))
 	}
 	return env
+}
+
+// ServerTimezone is the container's TZ: the server's SERVER_TIMEZONE
+// variable when it names a known zone, else the node's system.timezone (as
+// Pelican Wings does it, server/server.go DetermineServerTimezone).
+func ServerTimezone(env map[string]any, nodeTimezone string) string {
+	// time.LoadLocation refuses names with "..", absolute paths and anything
+	// that is not a zoneinfo file: a user's variable cannot make it read
+	// elsewhere.
+	if tz, ok := env["SERVER_TIMEZONE"].(string); ok && tz != "" && tz != "Local" && len(tz) <= 64 {
+		if _, err := time.LoadLocation(tz); err == nil {
+			return tz
+		}
+	}
+	return nodeTimezone
 }
 
 // envValue renders a JSON scalar as a variable value: integral numbers as
@@ -115,7 +132,7 @@ func ContainerLimits(b Build, d config.Docker) runtime.Limits {
 	l.CpusetCpus = b.Threads
 	l.IOWeight = b.IOWeight
 	l.PidsLimit = d.ContainerPidLimit
-	l.OOMKillDisable = b.OOMDisabled
+	l.OOMKillDisable = b.OOMKillDisabled()
 	return l
 }
 
@@ -176,6 +193,21 @@ func ContainerMounts(c Configuration, dataDir string, allowed []string) (mounts 
 	return mounts, refused
 }
 
+// withSystemMounts puts the node's file mounts after the data directory;
+// a backend mount over one of their targets is refused (the engine would
+// refuse the container for the duplicate).
+func withSystemMounts(mounts []runtime.Mount, refused []string, system []runtime.Mount) ([]runtime.Mount, []string) {
+	out := append([]runtime.Mount{mounts[0]}, system...)
+	for _, m := range mounts[1:] {
+		if slices.ContainsFunc(system, func(s runtime.Mount) bool { return s.Target == m.Target }) {
+			refused = append(refused, m.Source)
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, refused
+}
+
 func underAny(path string, roots []string) bool {
 	for _, r := range roots {
 		if !filepath.IsAbs(r) {
@@ -193,6 +225,7 @@ func underAny(path string, roots []string) bool {
 // configuration and the node's settings.
 func ServerContainerSpec(c Configuration, node *config.Config, dataDir string) (runtime.ContainerSpec, []string) {
 	mounts, refused := ContainerMounts(c, dataDir, node.AllowedMounts)
+	mounts, refused = withSystemMounts(mounts, refused, systemMounts(node, c.UUID))
 	d := node.Docker
 	spec := runtime.ContainerSpec{
 		Name:       c.UUID,

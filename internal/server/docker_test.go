@@ -354,6 +354,9 @@ func TestDockerDeleteLeavesOtherNodesContainer(t *testing.T) {
 		t.Helper()
 		spec, _ := ServerContainerSpec(e.server(id).Definition().Config, e.cfg.Get(), e.server(id).DataDir())
 		spec.Labels = ContainerLabels(e.server(id).Definition().Config, "server_process", node)
+		if err := writeSystemFiles(e.cfg.Get(), id); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.rt.Create(ctx, spec); err != nil {
 			t.Fatal(err)
 		}

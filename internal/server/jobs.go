@@ -61,11 +61,15 @@ func (s *Server) stopLocked(ctx context.Context, lockWait time.Duration) error {
 // does once a transferred server's files have arrived.
 func (s *Server) CreateContainer(ctx context.Context) error {
 	def := s.Definition()
-	spec, refused := ServerContainerSpec(def.Config, s.deps.Config.Get(), s.DataDir())
+	node := s.deps.Config.Get()
+	spec, refused := ServerContainerSpec(def.Config, node, s.DataDir())
 	for _, m := range refused {
-		s.log.Warn("refused a mount outside allowed_mounts", "source", m)
+		s.log.Warn("refused a mount outside allowed_mounts or over a system file", "source", m)
 	}
 	if err := s.ensureImage(ctx, def.Config.Container.Image); err != nil {
+		return err
+	}
+	if err := s.prepareContainer(ctx, def.Config, node, &spec); err != nil {
 		return err
 	}
 	return s.deps.Runtime.Create(ctx, spec)

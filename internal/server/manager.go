@@ -297,6 +297,9 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	if err := os.RemoveAll(s.DataDir()); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeMachineID(m.deps.Config.Get(), uuid); err != nil {
+		errs = append(errs, err)
+	}
 	s.events.Close()
 	return errors.Join(errs...)
 }

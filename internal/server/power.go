@@ -236,10 +236,13 @@ func (s *Server) startContainer(ctx context.Context, def Definition) error {
 	cfg := s.deps.Config.Get()
 	spec, refused := ServerContainerSpec(def.Config, cfg, s.DataDir())
 	for _, m := range refused {
-		s.log.Warn("refused a mount outside allowed_mounts", "source", m)
-		s.daemonMessage("A mount was refused because its source is not in allowed_mounts: " + m)
+		s.log.Warn("refused a mount outside allowed_mounts or over a system file", "source", m)
+		s.daemonMessage("A mount was refused (its source is not in allowed_mounts, or it covers /etc/passwd, /etc/group or /etc/machine-id): " + m)
 	}
 	if err := s.ensureImage(ctx, def.Config.Container.Image); err != nil {
+		return err
+	}
+	if err := s.prepareContainer(ctx, def.Config, cfg, &spec); err != nil {
 		return err
 	}
 	if err := rt.Create(ctx, spec); err != nil {

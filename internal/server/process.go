@@ -147,7 +147,9 @@ func (s *Server) onStreamEnd(runCtx context.Context, run *containerRun) {
 func (s *Server) onOutput(line string) {
 	s.mu.RLock()
 	starting := s.state == Starting
+	running := s.state.IsRunning()
 	done := s.done
+	features := s.features
 	s.mu.RUnlock()
 	if starting {
 		for _, m := range done {
@@ -166,6 +168,13 @@ func (s *Server) onOutput(line string) {
 	}
 	s.console.add(line)
 	s.events.Publish(events.New(events.ConsoleOutput, line))
+	// After the throttle: a flood's dropped lines cost nothing more. Only
+	// while the process starts or runs, as in Pelican Wings.
+	if features != nil && running {
+		if m, ok := features.Match(line); ok {
+			s.events.Publish(events.New(events.FeatureMatch, m.JSON()))
+		}
+	}
 }
 
 // SendCommand writes a line to the process's standard input.

@@ -81,6 +81,7 @@ type Server struct {
 	mu          sync.RWMutex
 	def         Definition
 	done        []doneMatcher
+	features    *FeatureMatcher // nil when the egg has none
 	state       State
 	util        Utilization
 	startedAt   time.Time
@@ -134,6 +135,7 @@ func newServer(parent context.Context, deps *Deps, def Definition, files *sandbo
 		cancel:      cancel,
 		def:         def,
 		done:        compileDone(def.Process, deps.Log),
+		features:    NewFeatureMatcher(def.Config.Egg.Features, def.Process.Startup.StripANSI),
 		state:       Offline,
 		stateChange: make(chan struct{}),
 		events:      events.NewBus(),

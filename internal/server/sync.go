@@ -56,6 +56,7 @@ func (s *Server) apply(def Definition) {
 	s.mu.Lock()
 	s.def = def
 	s.done = compileDone(def.Process, s.log)
+	s.features = NewFeatureMatcher(def.Config.Egg.Features, def.Process.Startup.StripANSI)
 	if s.state == Offline {
 		s.util.MemoryLimitBytes = uint64(max(0, def.Config.Build.MemoryLimit)) * mib
 	}

@@ -92,6 +92,9 @@ func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) network
 		if spec.BridgeName != "" {
 			options["com.docker.network.bridge.name"] = spec.BridgeName
 		}
+		if spec.HostIPv4 != "" {
+			options["com.docker.network.host_ipv4"] = spec.HostIPv4
+		}
 	}
 	if spec.MTU > 0 {
 		options["com.docker.network.driver.mtu"] = strconv.Itoa(spec.MTU)

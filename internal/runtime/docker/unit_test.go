@@ -142,3 +142,15 @@ func TestContainerConfigDefaults(t *testing.T) {
 		t.Errorf("update resources = %+v", res)
 	}
 }
+
+// The outgoing-IP bridge of a forced outgoing address (Wings' per-IP
+// network): host_ipv4 carries the source address; without it, no option.
+func TestNetworkCreateOptionsHostIPv4(t *testing.T) {
+	opts := networkCreateOptions(runtime.NetworkSpec{Name: "ip-203-0-113-7", Driver: "bridge", HostIPv4: "203.0.113.7"}, true, true)
+	if opts.Options["com.docker.network.host_ipv4"] != "203.0.113.7" || opts.Driver != "bridge" || opts.IPAM != nil {
+		t.Errorf("options %+v", opts)
+	}
+	if _, ok := networkCreateOptions(runtime.NetworkSpec{Name: "n"}, true, true).Options["com.docker.network.host_ipv4"]; ok {
+		t.Error("host_ipv4 set without HostIPv4")
+	}
+}
