@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
-	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/metrics"
@@ -159,11 +157,7 @@ func (s *Service) ignorePatterns(srv Server, ignore string) string {
 // and then deleted is not (a crash loses nothing: the backup fails).
 func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, durable bool) (*os.File, archive.Result, error) {
 	cfg := s.cfg.Get()
-	dir := cfg.System.BackupDirectory
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, archive.Result{}, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, tempPrefix+randomHex()+".tar.gz"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := CreateTemp(cfg)
 	if err != nil {
 		return nil, archive.Result{}, err
 	}
@@ -203,12 +197,7 @@ func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore st
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}
-	dir := filepath.Dir(tmp)
-	if err := atomicfile.WriteFile(ownerPath(dir, backup), []byte(srv.UUID()+"\n"), 0o600); err != nil {
-		_ = os.Remove(tmp)
-		return Details{}, err
-	}
-	if err := atomicfile.Commit(tmp, LocalPath(dir, backup)); err != nil {
+	if _, err := CommitLocal(s.cfg.Get(), srv.UUID(), backup, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}
