@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
@@ -17,11 +18,16 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// IgnoreFile is the server-wide ignore file, used when a request gives no
-// patterns. It must be a regular file (not a link) of at most IgnoreFileMax.
+// The server-wide ignore files, used when a request gives no patterns:
+// Pterodactyl Wings', Pelican Wings' and the spec's. The patterns of every
+// one present are read as one list in this order, so a user's existing file
+// keeps its backups the size they were under the old daemon. Each must be a
+// regular file (not a link) of at most IgnoreFileMax, as in both Wings.
 const (
-	IgnoreFile    = ".serviceignore"
-	IgnoreFileMax = 32 << 10
+	PteroIgnoreFile   = ".pteroignore"
+	PelicanIgnoreFile = ".pelicanignore"
+	IgnoreFile        = ".serviceignore"
+	IgnoreFileMax     = 32 << 10
 )
 
 // ErrBackupRunning is returned when a backup with that UUID is being made.
@@ -115,37 +121,52 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 	srv.Publish(events.New(events.BackupCompleted, string(ev)))
 }
 
-// ignorePatterns returns the request's patterns, or the server's ignore
-// file when there are none and it is acceptable.
+// ignorePatterns returns the request's patterns, or when there are none
+// those of the server's ignore files.
 func (s *Service) ignorePatterns(srv Server, ignore string) string {
 	if ignore != "" {
 		return ignore
 	}
+	var all strings.Builder
+	for _, name := range [...]string{PteroIgnoreFile, PelicanIgnoreFile, IgnoreFile} {
+		if p := s.readIgnoreFile(srv, name); p != "" {
+			all.WriteString(p)
+			all.WriteString("\n")
+		}
+	}
+	return all.String()
+}
+
+// readIgnoreFile returns the content of the ignore file name at the root of
+// srv, or "" when it is absent or not acceptable (logged).
+func (s *Service) readIgnoreFile(srv Server, name string) string {
 	files := srv.Files().Trusted()
-	fi, err := files.Lstat(IgnoreFile)
+	fi, err := files.Lstat(name)
 	if err != nil {
 		return ""
 	}
 	log := s.log.With("server", srv.UUID())
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		log.Warn("ignoring " + IgnoreFile + ": it is a symbolic link")
+		log.Warn("ignoring " + name + ": it is a symbolic link")
 		return ""
 	case !fi.Mode().IsRegular():
-		log.Warn("ignoring " + IgnoreFile + ": not a regular file")
+		log.Warn("ignoring " + name + ": not a regular file")
 		return ""
 	case fi.Size() > IgnoreFileMax:
-		log.Warn("ignoring "+IgnoreFile+": larger than 32 KiB", "size", fi.Size())
+		log.Warn("ignoring "+name+": larger than 32 KiB", "size", fi.Size())
 		return ""
 	}
-	b, err := files.ReadFile(IgnoreFile, IgnoreFileMax)
+	// ReadFile refuses what is not a regular file once open (a FIFO
+	// swapped in never blocks it) and stops past the limit.
+	b, err := files.ReadFile(name, IgnoreFileMax)
 	if err != nil {
-		log.Warn("ignoring "+IgnoreFile, "error", err)
+		log.Warn("ignoring "+name, "error", err)
 		return ""
 	}
 	// A link swapped in after the Lstat is refused here: read it again
 	// without following.
-	if fi2, err := files.Lstat(IgnoreFile); err != nil || fi2.Mode()&os.ModeSymlink != 0 {
+	if fi2, err := files.Lstat(name); err != nil || fi2.Mode()&os.ModeSymlink != 0 {
 		return ""
 	}
 	return string(b)
