@@ -81,3 +81,31 @@ func TestIgnorePatternsUnionOfEveryIgnoreFile(t *testing.T) {
 		t.Fatalf("an oversized file was read: %d bytes", len(got))
 	}
 }
+
+// FuzzIgnoreFiles: whatever bytes a user puts in the three ignore files,
+// reading and compiling them never panics, a pattern of one file alone
+// still counts in the union, and a name no line mentions is kept.
+func FuzzIgnoreFiles(f *testing.F) {
+	f.Add("logs/\n*.jar", "!keep.jar\r\n", "cache/")
+	f.Add("", "\x00\xff[", "**/\n\\!x")
+	f.Add("[", "]", "!*")
+	f.Fuzz(func(t *testing.T, ptero, pelican, service string) {
+		svc := &Service{log: slog.New(slog.DiscardHandler)}
+		root := t.TempDir()
+		for name, data := range map[string]string{PteroIgnoreFile: ptero, PelicanIgnoreFile: pelican, IgnoreFile: service} {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv := benchServer{tree.Open(t, root)}
+		got := svc.ignorePatterns(srv, "")
+		for _, part := range []string{ptero, pelican, service} {
+			if len(part) <= IgnoreFileMax && !strings.Contains(got, part) {
+				t.Fatalf("the patterns %q lost a file's content %q", got, part)
+			}
+		}
+		if !strings.Contains(got, "zz") && matches(got, "zz-unmentioned.dat") && !strings.ContainsAny(got, "*?[") {
+			t.Fatalf("patterns %q leave out a name none mentions", got)
+		}
+	})
+}
