@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
-	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -119,13 +117,6 @@ func (s *Service) jobContext(srv Server) (context.Context, context.CancelFunc) {
 // directory; CleanTemporaries removes what a crash left.
 const tempPrefix = ".wharf-partial-"
 
-// LocalPath is the archive of a local backup (the spec's path).
-func LocalPath(dir, backup string) string { return filepath.Join(dir, backup+".tar.gz") }
-
-// ownerPath records which server a local backup belongs to, so that a
-// server cannot restore or delete another server's backup by its UUID.
-func ownerPath(dir, backup string) string { return filepath.Join(dir, "."+backup+".owner") }
-
 func (s *Service) dir() string { return s.cfg.Get().System.BackupDirectory }
 
 // CleanTemporaries removes partial archives left by a crash (at boot).
@@ -143,36 +134,20 @@ func (s *Service) CleanTemporaries() {
 	}
 }
 
-// Locate returns the path of a local backup of srv, or ErrNotFound (also
-// when it belongs to another server).
+// Locate returns the path of a local backup of srv in either layout, or
+// ErrNotFound (also when it belongs to another server): see LocalPath.
 func (s *Service) Locate(srv Server, backup string) (string, error) {
-	if !ids.IsUUID(backup) {
-		return "", ErrBadUUID
-	}
-	dir := s.dir()
-	p := LocalPath(dir, backup)
-	fi, err := os.Stat(p)
-	if err != nil || !fi.Mode().IsRegular() {
-		return "", ErrNotFound
-	}
-	// Archives made before Wharf (by Wings) have no owner record.
-	if owner, err := os.ReadFile(ownerPath(dir, backup)); err == nil && strings.TrimSpace(string(owner)) != srv.UUID() {
-		return "", ErrNotFound
-	}
-	return p, nil
+	return LocalPath(s.cfg.Get(), srv.UUID(), backup)
 }
 
 // Delete removes a local backup of srv.
 func (s *Service) Delete(srv Server, backup string) error {
-	p, err := s.Locate(srv, backup)
+	cfg := s.cfg.Get()
+	p, err := LocalPath(cfg, srv.UUID(), backup)
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing backup: %w", err)
-	}
-	_ = os.Remove(ownerPath(s.dir(), backup))
-	return nil
+	return removeLocal(cfg, p, backup)
 }
 
 func randomHex() string {

@@ -6,11 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
-	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/metrics"
@@ -19,11 +18,16 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// IgnoreFile is the server-wide ignore file, used when a request gives no
-// patterns. It must be a regular file (not a link) of at most IgnoreFileMax.
+// The server-wide ignore files, used when a request gives no patterns:
+// Pterodactyl Wings', Pelican Wings' and the spec's. The patterns of every
+// one present are read as one list in this order, so a user's existing file
+// keeps its backups the size they were under the old daemon. Each must be a
+// regular file (not a link) of at most IgnoreFileMax, as in both Wings.
 const (
-	IgnoreFile    = ".serviceignore"
-	IgnoreFileMax = 32 << 10
+	PteroIgnoreFile   = ".pteroignore"
+	PelicanIgnoreFile = ".pelicanignore"
+	IgnoreFile        = ".serviceignore"
+	IgnoreFileMax     = 32 << 10
 )
 
 // ErrBackupRunning is returned when a backup with that UUID is being made.
@@ -117,37 +121,52 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 	srv.Publish(events.New(events.BackupCompleted, string(ev)))
 }
 
-// ignorePatterns returns the request's patterns, or the server's ignore
-// file when there are none and it is acceptable.
+// ignorePatterns returns the request's patterns, or when there are none
+// those of the server's ignore files.
 func (s *Service) ignorePatterns(srv Server, ignore string) string {
 	if ignore != "" {
 		return ignore
 	}
+	var all strings.Builder
+	for _, name := range [...]string{PteroIgnoreFile, PelicanIgnoreFile, IgnoreFile} {
+		if p := s.readIgnoreFile(srv, name); p != "" {
+			all.WriteString(p)
+			all.WriteString("\n")
+		}
+	}
+	return all.String()
+}
+
+// readIgnoreFile returns the content of the ignore file name at the root of
+// srv, or "" when it is absent or not acceptable (logged).
+func (s *Service) readIgnoreFile(srv Server, name string) string {
 	files := srv.Files().Trusted()
-	fi, err := files.Lstat(IgnoreFile)
+	fi, err := files.Lstat(name)
 	if err != nil {
 		return ""
 	}
 	log := s.log.With("server", srv.UUID())
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		log.Warn("ignoring " + IgnoreFile + ": it is a symbolic link")
+		log.Warn("ignoring " + name + ": it is a symbolic link")
 		return ""
 	case !fi.Mode().IsRegular():
-		log.Warn("ignoring " + IgnoreFile + ": not a regular file")
+		log.Warn("ignoring " + name + ": not a regular file")
 		return ""
 	case fi.Size() > IgnoreFileMax:
-		log.Warn("ignoring "+IgnoreFile+": larger than 32 KiB", "size", fi.Size())
+		log.Warn("ignoring "+name+": larger than 32 KiB", "size", fi.Size())
 		return ""
 	}
-	b, err := files.ReadFile(IgnoreFile, IgnoreFileMax)
+	// ReadFile refuses what is not a regular file once open (a FIFO
+	// swapped in never blocks it) and stops past the limit.
+	b, err := files.ReadFile(name, IgnoreFileMax)
 	if err != nil {
-		log.Warn("ignoring "+IgnoreFile, "error", err)
+		log.Warn("ignoring "+name, "error", err)
 		return ""
 	}
 	// A link swapped in after the Lstat is refused here: read it again
 	// without following.
-	if fi2, err := files.Lstat(IgnoreFile); err != nil || fi2.Mode()&os.ModeSymlink != 0 {
+	if fi2, err := files.Lstat(name); err != nil || fi2.Mode()&os.ModeSymlink != 0 {
 		return ""
 	}
 	return string(b)
@@ -159,11 +178,7 @@ func (s *Service) ignorePatterns(srv Server, ignore string) string {
 // and then deleted is not (a crash loses nothing: the backup fails).
 func (s *Service) writeArchive(ctx context.Context, srv Server, ignore string, durable bool) (*os.File, archive.Result, error) {
 	cfg := s.cfg.Get()
-	dir := cfg.System.BackupDirectory
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, archive.Result{}, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, tempPrefix+randomHex()+".tar.gz"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := CreateTemp(cfg)
 	if err != nil {
 		return nil, archive.Result{}, err
 	}
@@ -203,12 +218,7 @@ func (s *Service) createLocal(ctx context.Context, srv Server, backup, ignore st
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}
-	dir := filepath.Dir(tmp)
-	if err := atomicfile.WriteFile(ownerPath(dir, backup), []byte(srv.UUID()+"\n"), 0o600); err != nil {
-		_ = os.Remove(tmp)
-		return Details{}, err
-	}
-	if err := atomicfile.Commit(tmp, LocalPath(dir, backup)); err != nil {
+	if _, err := CommitLocal(s.cfg.Get(), srv.UUID(), backup, tmp); err != nil {
 		_ = os.Remove(tmp)
 		return Details{}, err
 	}

@@ -167,6 +167,12 @@ type Backups struct {
 	WriteLimit           float64  `yaml:"write_limit" json:"write_limit"` // MB/s, 0 = unlimited
 	CompressionLevel     string   `yaml:"compression_level" json:"compression_level"`
 	RestoreHostAllowlist []string `yaml:"restore_host_allowlist" json:"restore_host_allowlist"`
+	// Layout of new local backups in backup_directory: flat
+	// (<dir>/<backup>.tar.gz, Pterodactyl Wings'), per_server
+	// (<dir>/<server>/<backup>.tar.gz, Pelican Wings') or auto (per_server
+	// when the directory already holds a server's subdirectory, else flat).
+	// Both layouts are always read.
+	Layout string `yaml:"layout" json:"layout"`
 }
 
 // Transfers configures server transfers.

@@ -212,6 +212,8 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	str("remote", &next.Remote, current.Remote)
 	list("allowed_mounts", &next.AllowedMounts, current.AllowedMounts)
 	list("system.backups.restore_host_allowlist", &ns.Backups.RestoreHostAllowlist, cs.Backups.RestoreHostAllowlist)
+	// Where the node's archives are: the panels know nothing of it.
+	str("system.backups.layout", &ns.Backups.Layout, cs.Backups.Layout)
 	if !jsonEqual(next.Docker, current.Docker) {
 		kept = append(kept, "docker")
 	}

@@ -84,11 +84,12 @@ func TestUpdateKeepsHostAccessKeys(t *testing.T) {
 	s, _ := newStore(t, func(c *Config) {
 		c.Docker.Network.Name = "custom_nw"
 		c.System.Backups.RestoreHostAllowlist = []string{"10.0.0.5"}
+		c.System.Backups.Layout = "per_server"
 	})
 	before := s.Get()
 	body := `{"uuid":"u","token_id":"t","token":"x","remote":"https://attacker.example",
 		"system":{"root_directory":"/","data":"/etc","backup_directory":"/root","tmp_directory":"/","log_directory":"/",
-		"archive_directory":"/","username":"root","user":{"uid":0,"gid":0},"backups":{"restore_host_allowlist":["127.0.0.1"]}},
+		"archive_directory":"/","username":"root","user":{"uid":0,"gid":0},"backups":{"restore_host_allowlist":["127.0.0.1"],"layout":"flat"}},
 		"allowed_mounts":["/"],"docker":{"network":{"name":"x"}},"ignore_panel_config_updates":false}`
 	res, err := s.ApplyPanelUpdate(strings.NewReader(body))
 	if err != nil || !res.Applied {
@@ -112,6 +113,7 @@ func TestUpdateKeepsHostAccessKeys(t *testing.T) {
 		{"allowed_mounts", strings.Join(got.AllowedMounts, ","), "/srv/shared"},
 		{"restore_host_allowlist", strings.Join(got.System.Backups.RestoreHostAllowlist, ","), "10.0.0.5"},
 		{"system.timezone", got.System.Timezone, "Europe/Amsterdam"},
+		{"system.backups.layout", got.System.Backups.Layout, "per_server"},
 	}
 	for _, c := range same {
 		if c.got != c.want {

@@ -139,6 +139,11 @@ func (c *Config) Validate() error {
 	default:
 		bad("system.backups.compression_level", "must be one of none, best_speed, best_compression")
 	}
+	switch c.System.Backups.Layout {
+	case "", "auto", "flat", "per_server":
+	default:
+		bad("system.backups.layout", "must be one of auto, flat, per_server")
+	}
 	switch c.System.Transfers.Compression {
 	case "", "auto", "zstd", "none":
 	default:
