@@ -362,7 +362,7 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 		h.Reset()
 		dst = io.MultiWriter(tw, h)
 	}
-	n, err := io.CopyBuffer(dst, io.LimitReader(ctxReader{ctx, onlyReader{f}}, hdr.Size), buf)
+	n, err := io.CopyBuffer(dst, io.LimitReader(sandbox.ContextReader(ctx, onlyReader{f}), hdr.Size), buf)
 	var rerr readErr
 	if errors.As(err, &rerr) {
 		return rerr.error // the file's own error, which names it
@@ -371,7 +371,7 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 		return err
 	}
 	if n < hdr.Size { // the file shrank: pad to the declared size
-		if _, err := io.CopyBuffer(dst, io.LimitReader(ctxReader{ctx, zeros{}}, hdr.Size-n), buf); err != nil {
+		if _, err := io.CopyBuffer(dst, io.LimitReader(sandbox.ContextReader(ctx, zeros{}), hdr.Size-n), buf); err != nil {
 			return err
 		}
 	}
@@ -408,24 +408,6 @@ func (o onlyReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
-
-// ctxReader fails reads once ctx is done (with an error that is not a
-// readErr: the archive stops, it is not padded).
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-// ReaderWithContext returns r failing its reads with ctx.Err() once ctx is
-// done: for copy loops that must stop between chunks.
-func ReaderWithContext(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
 
 type zeros struct{}
 

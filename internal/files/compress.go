@@ -279,7 +279,7 @@ func (m *Manager) writeZip(ctx context.Context, out io.Writer, root string, skip
 			}
 			// Checked per chunk: a huge (even sparse) file stops being read
 			// as soon as the caller is gone.
-			_, err = io.CopyBuffer(w, io.LimitReader(archive.ReaderWithContext(ctx, readOnly{f}), fi.Size()), buf)
+			_, err = io.CopyBuffer(w, io.LimitReader(sandbox.ContextReader(ctx, readOnly{f}), fi.Size()), buf)
 			return err
 		}
 		return nil

@@ -636,19 +636,7 @@ func (x *extraction) single(ctx context.Context, d archives.Decompressor, stream
 		return sandbox.ErrDenied
 	}
 	x.known[path.Clean("/" + x.root)[1:]] = true
-	return x.file(&x.seq, name, 0o644, time.Time{}, ctxReader{ctx, rc})
-}
-
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
+	return x.file(&x.seq, name, 0o644, time.Time{}, sandbox.ContextReader(ctx, rc))
 }
 
 // rollback removes what the extraction created, newest first.

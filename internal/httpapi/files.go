@@ -9,6 +9,7 @@ import (
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/files"
 	"github.com/wharf/wharf/internal/isolate"
+	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -138,7 +139,7 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	// an upload still gets the shutdown grace period to finish.
 	ctx, cancel := s.WorkContext(r.Context())
 	defer cancel()
-	body := archive.ReaderWithContext(ctx, r.Body)
+	body := sandbox.ContextReader(ctx, r.Body)
 	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
 		return err
 	}

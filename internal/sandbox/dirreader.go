@@ -272,31 +272,7 @@ func (fi *statInfo) ModTime() time.Time { return time.Unix(fi.st.Mtim.Unix()) }
 func (fi *statInfo) IsDir() bool        { return fi.Mode().IsDir() }
 func (fi *statInfo) Sys() any           { return &fi.st }
 
-// Mode converts st_mode the way os does on Linux.
+// Mode is the entry's type and permission bits, as package os gives them.
 func (fi *statInfo) Mode() fs.FileMode {
-	m := fs.FileMode(fi.st.Mode & 0o777)
-	switch fi.st.Mode & syscall.S_IFMT {
-	case syscall.S_IFBLK:
-		m |= fs.ModeDevice
-	case syscall.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	case syscall.S_IFDIR:
-		m |= fs.ModeDir
-	case syscall.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case syscall.S_IFLNK:
-		m |= fs.ModeSymlink
-	case syscall.S_IFSOCK:
-		m |= fs.ModeSocket
-	}
-	if fi.st.Mode&syscall.S_ISGID != 0 {
-		m |= fs.ModeSetgid
-	}
-	if fi.st.Mode&syscall.S_ISUID != 0 {
-		m |= fs.ModeSetuid
-	}
-	if fi.st.Mode&syscall.S_ISVTX != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
+	return fileMode(fi.st.Mode)
 }

@@ -192,33 +192,9 @@ func (e *statEntry) Sys() any                   { return &e.st }
 func (e *statEntry) String() string             { return fs.FormatDirEntry(e) }
 func (e *statEntry) id() inode                  { return inode{uint64(e.st.Dev), e.st.Ino} }
 
-// Mode converts the kernel's mode the way package os does.
+// Mode is the entry's type and permission bits, as package os gives them.
 func (e *statEntry) Mode() fs.FileMode {
-	m := fs.FileMode(e.st.Mode & 0o777)
-	switch e.st.Mode & syscall.S_IFMT {
-	case syscall.S_IFBLK:
-		m |= fs.ModeDevice
-	case syscall.S_IFCHR:
-		m |= fs.ModeDevice | fs.ModeCharDevice
-	case syscall.S_IFDIR:
-		m |= fs.ModeDir
-	case syscall.S_IFIFO:
-		m |= fs.ModeNamedPipe
-	case syscall.S_IFLNK:
-		m |= fs.ModeSymlink
-	case syscall.S_IFSOCK:
-		m |= fs.ModeSocket
-	}
-	if e.st.Mode&syscall.S_ISGID != 0 {
-		m |= fs.ModeSetgid
-	}
-	if e.st.Mode&syscall.S_ISUID != 0 {
-		m |= fs.ModeSetuid
-	}
-	if e.st.Mode&syscall.S_ISVTX != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
+	return fileMode(e.st.Mode)
 }
 
 // Vanished reports whether a walk error only says that an entry went away
@@ -282,4 +258,33 @@ func (l *level) deniedDir(dl *denylist, rel string) bool {
 		l.denied.Store(1)
 	}
 	return v
+}
+
+// fileMode converts the kernel's st_mode the way package os does on Linux.
+func fileMode(mode uint32) fs.FileMode {
+	m := fs.FileMode(mode & 0o777)
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFBLK:
+		m |= fs.ModeDevice
+	case syscall.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case syscall.S_IFDIR:
+		m |= fs.ModeDir
+	case syscall.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case syscall.S_IFLNK:
+		m |= fs.ModeSymlink
+	case syscall.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	if mode&syscall.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if mode&syscall.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if mode&syscall.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
 }
