@@ -58,6 +58,14 @@ func transferCarriesBackups(t *testing.T, live bool) {
 	}
 	writeFiles(t, c.Source.dataDir(id), map[string]string{"world.dat": "the world after the backup"})
 
+	// A backup that is not a UUID is the panel's mistake: 422, as the
+	// other fields of the request, and nothing starts.
+	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
+		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{"../" + backupID},
+	}, "")
+	if res.StatusCode != 422 || !strings.Contains(string(body), "backups must be backup UUIDs") {
+		t.Fatalf("a backup that is not a UUID: %d %s", res.StatusCode, body)
+	}
 	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
 		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{backupID, missing},
 	}, "")
