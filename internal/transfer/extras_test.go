@@ -195,3 +195,83 @@ func FuzzBackupPartID(f *testing.F) {
 		}
 	})
 }
+
+// The form a Wharf source sends meets both Wings targets' rules, read from
+// their code and restated here. Pterodactyl
+// Wings (pterodactyl/wings router/router_transfer.go): a part named exactly
+// `checksum` after `archive`, hex of the archive's SHA-256; every other
+// part skipped. Pelican Wings (pelican-dev/wings router/router_transfer.go):
+// `checksum_archive` equal as a string to the lower-case hex SHA-256 of the
+// archive, each `backup_<name>` with `checksum_backup_<name>` equal as a
+// string to its lower-case hex SHA-256, anywhere in the form.
+func TestSourceFormMeetsBothWingsTargets(t *testing.T) {
+	srcDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(srcDir, "a.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backupPath := filepath.Join(t.TempDir(), "b")
+	if err := os.WriteFile(backupPath, []byte("backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type part struct{ name, data string }
+	var parts []part
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mr, err := r.MultipartReader()
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		for {
+			p, err := mr.NextPart()
+			if err != nil {
+				return
+			}
+			data, _ := io.ReadAll(p)
+			parts = append(parts, part{p.FormName(), string(data)})
+		}
+	}))
+	defer ts.Close()
+	extra := outgoing{backups: []localBackup{{id: testBackup, path: backupPath}}}
+	if err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil, extra); err != nil {
+		t.Fatal(err)
+	}
+
+	// Pterodactyl Wings.
+	var archiveSum string
+	ptero := false
+	for _, p := range parts {
+		switch p.name {
+		case "archive":
+			archiveSum = hexSum([]byte(p.data))
+		case "checksum":
+			if archiveSum == "" {
+				t.Fatal("Pterodactyl Wings: checksum before the archive")
+			}
+			ptero = strings.EqualFold(p.data, archiveSum)
+		}
+	}
+	if !ptero {
+		t.Fatal("Pterodactyl Wings would refuse the form: no matching checksum part")
+	}
+
+	// Pelican Wings.
+	got := map[string]string{}
+	for _, p := range parts {
+		got[p.name] = p.data
+	}
+	if got["checksum_archive"] != hexSum([]byte(got["archive"])) {
+		t.Fatal("Pelican Wings would refuse the form: checksum_archive")
+	}
+	backups := 0
+	for name, data := range got {
+		if rest, ok := strings.CutPrefix(name, "backup_"); ok {
+			backups++
+			if got["checksum_backup_"+rest] != hexSum([]byte(data)) || filepath.Base(rest) != testBackup+".tar.gz" {
+				t.Fatalf("Pelican Wings would refuse or misplace backup part %q", name)
+			}
+		}
+	}
+	if backups != 1 {
+		t.Fatalf("%d backup parts, want 1", backups)
+	}
+}
