@@ -182,11 +182,20 @@ func (x *extras) verify() error {
 // is kept when possible (as Pelican Wings, it never fails a transfer).
 func (x *extras) commit(server, logDir string) error {
 	for id, b := range x.backups {
-		if err := os.Rename(b.tmp, receivedBackupPath(x.backupDir, server, id)); err != nil {
+		// A link never replaces: a backup already here (brought by an
+		// earlier transfer, or another server's under the same UUID) is
+		// not overwritten by what a source sends.
+		err := os.Link(b.tmp, receivedBackupPath(x.backupDir, server, id))
+		switch {
+		case errors.Is(err, os.ErrExist):
+			x.log.Warn("a backup a transfer brought is already on this node; keeping the one here", "server", server, "backup", id)
+		case err != nil:
 			return fmt.Errorf("storing backup %s: %w", id, err)
+		default:
+			x.log.Info("received a backup", "server", server, "backup", id)
 		}
+		_ = os.Remove(b.tmp)
 		delete(x.backups, id)
-		x.log.Info("received a backup", "server", server, "backup", id)
 	}
 	if !x.hasLog {
 		return nil

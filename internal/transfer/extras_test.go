@@ -275,3 +275,28 @@ func TestSourceFormMeetsBothWingsTargets(t *testing.T) {
 		t.Fatalf("%d backup parts, want 1", backups)
 	}
 }
+
+// A backup already on the node is never replaced by one a source sends
+// under the same UUID (another server's, or an earlier transfer's).
+func TestReceivedBackupNeverReplaces(t *testing.T) {
+	arc, sum := smallArchive(t)
+	dir := t.TempDir()
+	existing := filepath.Join(dir, testBackup+".tar.gz")
+	if err := os.WriteFile(existing, []byte("theirs"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	boundary, body := form(t, [2]string{"archive", arc}, [2]string{"checksum", sum},
+		[2]string{"backup_" + testBackup + ".tar.gz", "mine"}, [2]string{"checksum_backup_" + testBackup + ".tar.gz", hexSum([]byte("mine"))})
+	x := newExtras(dir, slog.Default())
+	defer x.discard()
+	if err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.commit(testServer, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(existing); string(got) != "theirs" {
+		t.Fatalf("the backup here was replaced: %q", got)
+	}
+	assertNoStaging(t, dir)
+}
