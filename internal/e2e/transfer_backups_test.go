@@ -162,7 +162,8 @@ func (c *cluster) postForm(id string, parts [][2]string) (int, string) {
 	}
 	req.Header.Set("Authorization", "Bearer "+c.transferJWT(id))
 	req.Header.Set("Content-Type", mw.FormDataContentType())
-	res, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,15 +213,38 @@ func TestTransferRefusesHostileBackupParts(t *testing.T) {
 	// Nothing of either attack is on the disk: no file named after the
 	// path, anywhere under the node's directories or in /tmp, and no staged
 	// backup left in the backup directory.
-	if _, err := os.Lstat("/tmp/" + pwn); err == nil {
-		t.Fatal("a part name became a path in /tmp")
-	}
-	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && (strings.Contains(d.Name(), "pwn") || strings.HasPrefix(d.Name(), ".wharf-partial-")) {
-			t.Errorf("left on the disk: %s", p)
+	nothingLeft := func() {
+		t.Helper()
+		if _, err := os.Lstat("/tmp/" + pwn); err == nil {
+			t.Fatal("a part name became a path in /tmp")
 		}
-		return nil
-	})
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && (strings.Contains(d.Name(), "pwn") || strings.HasPrefix(d.Name(), ".wharf-partial-") || strings.HasPrefix(d.Name(), backupID)) {
+				t.Errorf("left on the disk: %s", p)
+			}
+			return nil
+		})
+	}
+	nothingLeft()
+
+	// Every descriptor the refused transfers open is closed: twenty more
+	// leave at most the pooled connections to the panel.
+	for i := range 10 {
+		if status, _ := c.postForm(id, [][2]string{{"archive", arc}, {"checksum", sum}, {"backup_../" + pwn, backupData}}); status != 400 {
+			t.Fatalf("attempt %d: %d", i, status)
+		}
+		if status, _ := c.postForm(id, [][2]string{{"archive", arc}, {"checksum", sum}, {"backup_" + backupID + ".tar.gz", backupData}}); status != 400 {
+			t.Fatalf("attempt %d without a backup checksum: %d", i, status)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Target.openFDs() > fdsBefore+4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("descriptors: %d before the attack, %d after", fdsBefore, c.Target.openFDs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nothingLeft()
 
 	// The control: a Pterodactyl Wings form is accepted, and the target
 	// stays whole.
@@ -232,11 +256,4 @@ func TestTransferRefusesHostileBackupParts(t *testing.T) {
 		t.Fatalf("a.txt on the target: %q %v", b, err)
 	}
 	c.Target.assertAnswersEveryFace(t, id)
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Target.openFDs() > fdsBefore+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("descriptors: %d before the attack, %d after", fdsBefore, c.Target.openFDs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
