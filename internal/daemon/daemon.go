@@ -126,7 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 	backups.CleanTemporaries()
 
 	transfers := transfer.New(nodeCtx, transfer.Options{
-		Servers: servers, Panel: client, Config: store, Log: log,
+		Servers: servers, Panel: client, Config: store, Backups: backups, Log: log,
 	})
 	defer transfers.Close()
 	transfers.CleanupStale(ctx)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/usererr"
@@ -19,6 +20,9 @@ import (
 type transferRequest struct {
 	URL   string `json:"url"`
 	Token string `json:"token"`
+	// Backups are the UUIDs of the backups to send along (Pelican's
+	// TransferServerService; Pterodactyl sends none).
+	Backups []string `json:"backups"`
 }
 
 // postTransfer starts an outgoing transfer: 202, then the server streams in
@@ -32,7 +36,12 @@ func (a *API) postTransfer(w http.ResponseWriter, r *http.Request, s *server.Ser
 	if req.URL == "" || req.Token == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errBadTransfer
 	}
-	if _, err := a.Transfers.Send(s, req.URL, req.Token); err != nil {
+	for _, b := range req.Backups {
+		if !ids.IsUUID(b) {
+			return errBadTransferBackups
+		}
+	}
+	if _, err := a.Transfers.Send(s, req.URL, req.Token, req.Backups); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -132,6 +141,9 @@ func (a *API) postLiveTransfer(w http.ResponseWriter, r *http.Request, id string
 	w.WriteHeader(http.StatusOK)
 	return nil
 }
+
+// errBadTransferBackups: a backup to send along that is not a UUID.
+var errBadTransferBackups = usererr.New(usererr.Unprocessable, "The data provided in the request could not be validated: backups must be backup UUIDs.")
 
 // errLiveVersion: a live stream of a wire version this node does not speak.
 var errLiveVersion = usererr.New(usererr.Invalid, "Unsupported live transfer version.")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
@@ -39,6 +40,9 @@ type Options struct {
 	Servers *server.Manager
 	Panel   *panel.Client
 	Config  *config.Store
+	// Backups finds the local backups an outgoing transfer carries; none
+	// are sent when nil.
+	Backups *backup.Service
 	Log     *slog.Logger
 	// Client sends outgoing transfers; a client without a timeout when nil.
 	Client *http.Client
@@ -120,8 +124,9 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 // job slot is held (it is seen transferring) until the transfer fails or is
 // cancelled; after a completed transfer it stays held, because the server
 // now lives on the target (the backend deletes it here). A server busy with
-// another job is refused with a *server.BusyError (409).
-func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error) {
+// another job is refused with a *server.BusyError (409). backups are the
+// UUIDs of the backups the panel selected to go along (Pelican).
+func (svc *Service) Send(s *server.Server, url, token string, backups []string) (*Transfer, error) {
 	end, err := s.BeginJob(server.JobTransferOut)
 	if err != nil {
 		return nil, err
@@ -145,7 +150,7 @@ func (svc *Service) Send(s *server.Server, url, token string) (*Transfer, error)
 				end()
 			}
 		}()
-		completed = svc.runOutgoing(t, s, url, token, end)
+		completed = svc.runOutgoing(t, s, url, token, backups, end)
 	})
 	return t, nil
 }
@@ -156,12 +161,17 @@ var errLiveTransferFailed = errors.New("live transfer failed")
 
 // runOutgoing sends the server and reports whether the transfer completed;
 // end releases the job slot, on failure before the outcome is announced.
-func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string, end func()) bool {
+func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string, backups []string, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	tl := transferLog{publish: svc.publisher(s, "outgoing"), now: svc.opts.Now}
 	tl.msg("Preparing to stream server data to destination...")
 	start := time.Now()
-	if svc.opts.Config.Get().System.Transfers.Live {
+	extra := svc.outgoingExtras(s, backups, log)
+	// The live stream carries the server's files only: backups go with
+	// the classic form.
+	if len(extra.backups) > 0 && svc.opts.Config.Get().System.Transfers.Live {
+		log.Info("backups go along: classic transfer", "backups", len(extra.backups))
+	} else if svc.opts.Config.Get().System.Transfers.Live {
 		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
 			ok := svc.runLive(t, s, url, token, offer, tl, end)
 			var result error
@@ -187,7 +197,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		err = context.Cause(t.ctx)
 	}
 	if err == nil {
-		err = svc.stream(t, s, url, token, tl)
+		err = svc.stream(t, s, url, token, extra, tl)
 	}
 	if t.ctx.Err() != nil && err != nil {
 		err = context.Cause(t.ctx)
@@ -221,7 +231,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 }
 
 // stream pushes the archive, publishing progress every ProgressInterval.
-func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl transferLog) error {
+func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, extra outgoing, tl transferLog) error {
 	total := s.Utilization().DiskBytes
 	if total <= 0 {
 		if n, err := s.Files().RefreshUsage(t.ctx); err == nil {
@@ -232,12 +242,35 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, tl 
 	tl.msg("Streaming archive to destination...")
 	stopProgress := svc.everyProgressInterval(func() { tl.msg("Uploading " + progressBar(read.Load(), total)) })
 	level := archive.ParseLevel(svc.opts.Config.Get().System.Backups.CompressionLevel)
-	err := push(t.ctx, svc.opts.Client, url, token, s.Files().Trusted(), level, func(p archive.Progress) { read.Store(p.Input) })
+	extra.onBackup = func(n int, id string) {
+		tl.msg(fmt.Sprintf("Streaming backup %d/%d to destination: %s", n, len(extra.backups), id))
+	}
+	err := push(t.ctx, svc.opts.Client, url, token, s.Files().Trusted(), level, func(p archive.Progress) { read.Store(p.Input) }, extra)
 	stopProgress()
 	if err == nil {
 		tl.msg("Uploading " + progressBar(read.Load(), max(total, read.Load())))
 	}
 	return err
+}
+
+// outgoingExtras finds the selected backups that are local to this node
+// and the server's install log. A selected backup not found here (one in an
+// object store, or gone) is skipped with a log line, as Pelican Wings' source
+// sends only the archives it finds.
+func (svc *Service) outgoingExtras(s *server.Server, backups []string, log *slog.Logger) outgoing {
+	extra := outgoing{installLog: installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID())}
+	for _, id := range backups {
+		if svc.opts.Backups == nil {
+			break
+		}
+		path, err := svc.opts.Backups.Locate(s, id)
+		if err != nil {
+			log.Info("a backup selected for the transfer is not on this node; not sent", "backup", id, "error", err)
+			continue
+		}
+		extra.backups = append(extra.backups, localBackup{id: id, path: path})
+	}
+	return extra
 }
 
 // everyProgressInterval calls report every ProgressInterval until the
@@ -381,7 +414,9 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 		WriteLimit: int64(cfg.System.Transfers.DownloadLimit) * 1024 * 1024,
 		TempDir:    cfg.System.TmpDirectory,
 	}
-	if err := receive(t.ctx, mr, s.Files().Trusted(), opts); err != nil {
+	extra := newExtras(cfg.System.BackupDirectory, svc.opts.Log)
+	defer extra.discard()
+	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {
 		return err
 	}
 	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
@@ -390,7 +425,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	if err := s.CreateContainer(t.ctx); err != nil {
 		return fmt.Errorf("creating the container: %w", err)
 	}
-	return nil
+	return extra.commit(t.server, cfg.System.LogDirectory)
 }
 
 // Stages recorded in the marker of a transfer.

@@ -50,14 +50,15 @@ var errAnswered = errors.New("the destination answered before the end of the arc
 
 // push streams the server files to the target as a multipart form, through
 // a pipe (no temporary file): the part `archive` (archive.tar.gz), then the
-// field `checksum`, the hex SHA-256 of the archive bytes. Authorization
+// fields `checksum` and `checksum_archive`, the hex SHA-256 of the archive
+// bytes, then what extra carries (backups, install log). Authorization
 // carries token exactly as given. Any answer but 200 is a *StatusError.
-func push(ctx context.Context, client *http.Client, url, token string, src *sandbox.FS, level int, progress func(archive.Progress)) error {
+func push(ctx context.Context, client *http.Client, url, token string, src *sandbox.FS, level int, progress func(archive.Progress), extra outgoing) error {
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	done := make(chan error, 1)
 	go func() {
-		err := writeForm(ctx, mw, src, level, progress)
+		err := writeForm(ctx, mw, src, level, progress, extra)
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -96,8 +97,8 @@ func (b pipeBody) WriteTo(w io.Writer) (int64, error) {
 	return io.CopyBuffer(w, b.PipeReader, make([]byte, 1<<20))
 }
 
-func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level int, progress func(archive.Progress)) error {
-	part, err := mw.CreateFormFile("archive", "archive.tar.gz")
+func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level int, progress func(archive.Progress), extra outgoing) error {
+	part, err := mw.CreateFormFile(partArchive, "archive.tar.gz")
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,14 @@ func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level
 	if err != nil {
 		return err
 	}
-	if err := mw.WriteField("checksum", res.Sum); err != nil {
+	// Pterodactyl Wings' target requires the first, Pelican Wings' the
+	// second; each skips the other.
+	for _, name := range []string{partChecksum, partChecksumArchive} {
+		if err := mw.WriteField(name, res.Sum); err != nil {
+			return err
+		}
+	}
+	if err := extra.write(ctx, mw); err != nil {
 		return err
 	}
 	return mw.Close()
@@ -126,9 +134,10 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // receive reads a source's form: the `archive` part is extracted into dst
 // while it is hashed, then `checksum` (or `checksum_archive`) must match
-// the hash. Other parts are read and ignored (their names are never used
-// as paths).
-func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts archive.ExtractOptions) error {
+// the hash. Backups and the install log are staged in x (verified here,
+// put in place by its commit); other parts are read and ignored. A part's
+// name is never used as a path.
+func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts archive.ExtractOptions, x *extras) error {
 	var sum []byte
 	verified := false
 	for {
@@ -143,7 +152,7 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 			return fmt.Errorf("%w: %v", ErrBadForm, err)
 		}
 		switch p.FormName() {
-		case "archive":
+		case partArchive:
 			if sum != nil {
 				return fmt.Errorf("%w: more than one archive", ErrBadForm)
 			}
@@ -159,7 +168,7 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 				return extractErr(ctx, fmt.Errorf("%w: %v", archive.ErrCorrupt, err))
 			}
 			sum = h.Sum(nil)
-		case "checksum", "checksum_archive":
+		case partChecksum, partChecksumArchive:
 			if sum == nil {
 				return fmt.Errorf("%w: the archive must be sent before the checksum", ErrBadForm)
 			}
@@ -173,8 +182,8 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 			}
 			verified = true
 		default:
-			if _, err := io.Copy(io.Discard, ctxReader{ctx, p}); err != nil {
-				return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+			if err := x.part(ctx, p); err != nil {
+				return err
 			}
 		}
 		_ = p.Close()
@@ -182,7 +191,7 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 	if !verified {
 		return fmt.Errorf("%w: missing archive or checksum", ErrBadForm)
 	}
-	return nil
+	return x.verify()
 }
 
 // extractErr prefers the cancellation cause, and marks archive errors.

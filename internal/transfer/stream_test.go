@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -38,14 +39,16 @@ func snapshot(t *testing.T, root string) map[string]string {
 
 // target answers like a target node: receive into dst, 200 or 400.
 type target struct {
-	dst     *sandbox.FS
-	mu      sync.Mutex
-	auth    string
-	ctype   string
-	parts   []string // form names and file names, in order
-	raw     []byte   // the archive part's bytes
-	sent    string   // the checksum field
-	lastErr error
+	dst   *sandbox.FS
+	mu    sync.Mutex
+	auth  string
+	ctype string
+	parts []string // form names and file names, in order
+	raw   []byte   // the archive part's bytes
+	sent  string   // the checksum field
+	// sentArchive is the checksum_archive field.
+	sentArchive string
+	lastErr     error
 }
 
 func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +63,7 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), 400)
 		return
 	}
-	err = receive(r.Context(), mr, tg.dst, archive.ExtractOptions{})
+	err = receive(r.Context(), mr, tg.dst, archive.ExtractOptions{}, newExtras(filepath.Join(tg.dst.Root(), ".backups"), slog.Default()))
 	tg.mu.Lock()
 	tg.lastErr = err
 	tg.mu.Unlock()
@@ -89,6 +92,8 @@ func (tg *target) record(ctype string, body []byte) {
 			tg.raw = data
 		case "checksum":
 			tg.sent = string(data)
+		case "checksum_archive":
+			tg.sentArchive = string(data)
 		}
 	}
 }
@@ -102,7 +107,7 @@ func TestPushReceiveRoundTrip(t *testing.T) {
 	ts := httptest.NewServer(tg)
 	defer ts.Close()
 	var last archive.Progress
-	err := push(context.Background(), ts.Client(), ts.URL, "Bearer a.b.c", newFS(t, srcDir), archive.LevelBestSpeed, func(p archive.Progress) { last = p })
+	err := push(context.Background(), ts.Client(), ts.URL, "Bearer a.b.c", newFS(t, srcDir), archive.LevelBestSpeed, func(p archive.Progress) { last = p }, outgoing{})
 	if err != nil {
 		t.Fatalf("push: %v (target: %v)", err, tg.lastErr)
 	}
@@ -112,11 +117,13 @@ func TestPushReceiveRoundTrip(t *testing.T) {
 	if tg.auth != "Bearer a.b.c" || !strings.HasPrefix(tg.ctype, "multipart/form-data; boundary=") {
 		t.Fatalf("headers: %q %q", tg.auth, tg.ctype)
 	}
-	if want := []string{"archive:archive.tar.gz", "checksum:"}; !cmp.Equal(tg.parts, want) {
+	// Both checksum names: Pterodactyl Wings' target requires the first,
+	// Pelican Wings' the second.
+	if want := []string{"archive:archive.tar.gz", "checksum:", "checksum_archive:"}; !cmp.Equal(tg.parts, want) {
 		t.Fatalf("parts %v, want %v", tg.parts, want)
 	}
 	sum := sha256.Sum256(tg.raw)
-	if tg.sent != hex.EncodeToString(sum[:]) {
+	if tg.sent != hex.EncodeToString(sum[:]) || tg.sentArchive != tg.sent {
 		t.Fatalf("checksum %q is not the SHA-256 of the archive bytes", tg.sent)
 	}
 	if last.Input < 3<<20 {
@@ -137,7 +144,7 @@ func TestPushReceiveFileNamedLikeTheManifest(t *testing.T) {
 	tg := &target{dst: newFS(t, dstDir)}
 	ts := httptest.NewServer(tg)
 	defer ts.Close()
-	if err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil); err != nil {
+	if err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil, outgoing{}); err != nil {
 		t.Fatalf("push: %v (target: %v)", err, tg.lastErr)
 	}
 	if diff := cmp.Diff(snapshot(t, srcDir), snapshot(t, dstDir)); diff != "" {
@@ -149,7 +156,7 @@ func TestPushTokenAsGiven(t *testing.T) {
 	tg := &target{dst: newFS(t, t.TempDir())}
 	ts := httptest.NewServer(tg)
 	defer ts.Close()
-	if err := push(context.Background(), ts.Client(), ts.URL, "raw-token-without-scheme", newFS(t, t.TempDir()), archive.LevelBestSpeed, nil); err != nil {
+	if err := push(context.Background(), ts.Client(), ts.URL, "raw-token-without-scheme", newFS(t, t.TempDir()), archive.LevelBestSpeed, nil, outgoing{}); err != nil {
 		t.Fatal(err)
 	}
 	if tg.auth != "raw-token-without-scheme" {
@@ -167,7 +174,7 @@ func TestPushNon200NamesTheStatus(t *testing.T) {
 		if err := tree.Build(src, 1<<20); err != nil {
 			t.Fatal(err)
 		}
-		err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelBestSpeed, nil)
+		err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelBestSpeed, nil, outgoing{})
 		var se *StatusError
 		if !errors.As(err, &se) || se.Code != code || !strings.Contains(err.Error(), "unexpected status code from destination: "+strconv.Itoa(code)) {
 			t.Errorf("status %d: %v", code, err)
@@ -186,7 +193,7 @@ func TestPushEarlyAnswer(t *testing.T) {
 	if err := tree.Build(src, 16<<20); err != nil {
 		t.Fatal(err)
 	}
-	err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelBestSpeed, nil)
+	err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelBestSpeed, nil, outgoing{})
 	var se *StatusError
 	if !errors.As(err, &se) || se.Code != 401 {
 		t.Fatalf("%v", err)
@@ -211,7 +218,7 @@ func TestPushCancelWhileTheTargetStalls(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- push(ctx, ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelNone, nil)
+		errc <- push(ctx, ts.Client(), ts.URL, "x", newFS(t, src), archive.LevelNone, nil, outgoing{})
 	}()
 	<-stalled
 	cancel(ErrCancelled)
@@ -274,7 +281,8 @@ func TestReceiveForms(t *testing.T) {
 		{"checksum", [][2]string{{"archive", arc}, {"checksum", sum}}, nil},
 		{"checksum_archive", [][2]string{{"archive", arc}, {"checksum_archive", sum}}, nil},
 		{"upper-case hex", [][2]string{{"archive", arc}, {"checksum", strings.ToUpper(sum)}}, nil},
-		{"unknown parts ignored (F8 part names never become paths)", [][2]string{{"archive", arc}, {"backup_../../../tmp/pwn", "x"}, {"checksum", sum}}, nil},
+		{"unknown parts ignored", [][2]string{{"archive", arc}, {"logs_../../../tmp/pwn", "x"}, {"checksum", sum}}, nil},
+		{"a backup part named as a path is refused (F8)", [][2]string{{"archive", arc}, {"backup_../../../tmp/pwn", "x"}, {"checksum", sum}}, ErrBadForm},
 		{"wrong checksum", [][2]string{{"archive", arc}, {"checksum", wrongSum}}, ErrChecksumMismatch},
 		{"not hex", [][2]string{{"archive", arc}, {"checksum", "zz"}}, ErrChecksumMismatch},
 		{"checksum first", [][2]string{{"checksum", sum}, {"archive", arc}}, ErrBadForm},
@@ -288,7 +296,7 @@ func TestReceiveForms(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dst := t.TempDir()
 			boundary, body := form(t, c.parts...)
-			err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, dst), archive.ExtractOptions{})
+			err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, dst), archive.ExtractOptions{}, newExtras(t.TempDir(), slog.Default()))
 			if c.name == "corrupt archive" {
 				if !errors.Is(err, ErrBadArchive) && !errors.Is(err, ErrChecksumMismatch) {
 					t.Fatalf("corrupt: %v", err)

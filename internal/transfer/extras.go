@@ -1,0 +1,296 @@
+package transfer
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime/multipart"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/ids"
+)
+
+// Part names of the classic form. Pterodactyl Wings' target requires
+// `checksum` after `archive` and skips every other part; Pelican Wings'
+// target requires `checksum_archive`, takes `backup_<uuid>.tar.gz` with
+// `checksum_backup_<uuid>.tar.gz` and `install_logs`, and skips the rest
+// (pelican-dev/wings router/router_transfer.go, server/transfer/archive.go).
+// A Wharf source sends all of them, so both targets accept its form.
+const (
+	partArchive         = "archive"
+	partChecksum        = "checksum"
+	partChecksumArchive = "checksum_archive"
+	partBackup          = "backup_"
+	partBackupChecksum  = "checksum_backup_"
+	partInstallLog      = "install_logs"
+	backupExt           = ".tar.gz"
+)
+
+// maxInstallLog bounds the install log a target keeps from a transfer: its
+// end, as much as GET install-logs answers.
+const maxInstallLog = 8 << 20
+
+// ErrBadBackupPart: a backup part whose name is not `<uuid>.tar.gz`.
+var ErrBadBackupPart = errors.New("invalid backup part name")
+
+// backupPartID returns the backup UUID in a part's name after prefix. Only
+// exactly "<uuid>.tar.gz" (what Pelican Wings sends) is accepted, so that a
+// part's name never reaches a path (attacks.md F8).
+func backupPartID(name, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, backupExt)
+	if !ok || !ids.IsUUID(id) {
+		return "", false
+	}
+	return id, true
+}
+
+// backupPartName is the name of a backup's part and, with the checksum
+// prefix, of its checksum's.
+func backupPartName(prefix, id string) string { return prefix + id + backupExt }
+
+// receivedBackupPath is where a backup a transfer brought is kept: the
+// node's local backup layout, where the backup service finds it.
+func receivedBackupPath(dir, server, id string) string {
+	_ = server // the flat layout does not name the server
+	return backup.LocalPath(dir, id)
+}
+
+// installLogPath is where the node keeps a server's install log (as
+// server.writeInstallLog and Pelican Wings).
+func installLogPath(logDir, server string) string {
+	return filepath.Join(logDir, "install", server+".log")
+}
+
+// stagingPrefix names a received backup until the transfer succeeds: the
+// backup service's prefix of partial archives, which it removes at boot
+// when a crash leaves one.
+const stagingPrefix = ".wharf-partial-transfer-"
+
+// stagedBackup is a received backup in a temporary file of the backup
+// directory.
+type stagedBackup struct {
+	tmp string
+	sum []byte
+}
+
+// extras collects what a form carries besides the archive; nothing is put
+// in place before commit.
+type extras struct {
+	backupDir string
+	log       *slog.Logger
+	backups   map[string]stagedBackup
+	sums      map[string]string // checksum parts by backup UUID, as sent
+	install   []byte
+	hasLog    bool
+}
+
+func newExtras(backupDir string, log *slog.Logger) *extras {
+	return &extras{backupDir: backupDir, log: log, backups: map[string]stagedBackup{}, sums: map[string]string{}}
+}
+
+// part reads one part that is not the archive or its checksum; the
+// parts of no interest are read and dropped.
+func (x *extras) part(ctx context.Context, p *multipart.Part) error {
+	name := p.FormName()
+	switch {
+	case strings.HasPrefix(name, partBackup):
+		id, ok := backupPartID(name, partBackup)
+		if !ok {
+			return fmt.Errorf("%w: %w", ErrBadForm, ErrBadBackupPart)
+		}
+		return x.stageBackup(ctx, id, p)
+	case strings.HasPrefix(name, partBackupChecksum):
+		id, ok := backupPartID(name, partBackupChecksum)
+		if !ok {
+			return fmt.Errorf("%w: %w", ErrBadForm, ErrBadBackupPart)
+		}
+		v, err := io.ReadAll(io.LimitReader(ctxReader{ctx, p}, 256))
+		if err != nil {
+			return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+		}
+		x.sums[id] = strings.TrimSpace(string(v))
+		return nil
+	case name == partInstallLog:
+		data, err := readTail(ctxReader{ctx, p}, maxInstallLog)
+		if err != nil {
+			return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+		}
+		x.install, x.hasLog = data, true
+		return nil
+	}
+	if _, err := io.Copy(io.Discard, ctxReader{ctx, p}); err != nil {
+		return extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
+	}
+	return nil
+}
+
+// stageBackup writes a backup part to a temporary file, hashing it.
+func (x *extras) stageBackup(ctx context.Context, id string, r io.Reader) error {
+	if _, dup := x.backups[id]; dup {
+		return fmt.Errorf("%w: backup %s sent twice", ErrBadForm, id)
+	}
+	if err := os.MkdirAll(x.backupDir, 0o700); err != nil {
+		return fmt.Errorf("creating the backup directory: %w", err)
+	}
+	f, err := os.CreateTemp(x.backupDir, stagingPrefix+"*")
+	if err != nil {
+		return fmt.Errorf("storing a backup: %w", err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), ctxReader{ctx, r})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return extractErr(ctx, fmt.Errorf("%w: backup %s: %v", ErrBadForm, id, err))
+	}
+	x.backups[id] = stagedBackup{tmp: f.Name(), sum: h.Sum(nil)}
+	return nil
+}
+
+// verify checks that every backup came with its checksum and matches it.
+func (x *extras) verify() error {
+	for id, b := range x.backups {
+		sent, ok := x.sums[id]
+		if !ok {
+			return fmt.Errorf("%w: checksum missing for backup %s", ErrBadForm, id)
+		}
+		want, err := hex.DecodeString(sent)
+		if err != nil || !hmac.Equal(want, b.sum) {
+			return fmt.Errorf("%w (backup %s)", ErrChecksumMismatch, id)
+		}
+	}
+	return nil
+}
+
+// commit puts the backups and the install log in place for server. A
+// backup that cannot be put in place fails the transfer; the install log
+// is kept when possible (as Pelican Wings, it never fails a transfer).
+func (x *extras) commit(server, logDir string) error {
+	for id, b := range x.backups {
+		// A link never replaces: a backup already here (brought by an
+		// earlier transfer, or another server's under the same UUID) is
+		// not overwritten by what a source sends.
+		err := os.Link(b.tmp, receivedBackupPath(x.backupDir, server, id))
+		switch {
+		case errors.Is(err, os.ErrExist):
+			x.log.Warn("a backup a transfer brought is already on this node; keeping the one here", "server", server, "backup", id)
+		case err != nil:
+			return fmt.Errorf("storing backup %s: %w", id, err)
+		default:
+			x.log.Info("received a backup", "server", server, "backup", id)
+		}
+		_ = os.Remove(b.tmp)
+		delete(x.backups, id)
+	}
+	if !x.hasLog {
+		return nil
+	}
+	p := installLogPath(logDir, server)
+	err := os.MkdirAll(filepath.Dir(p), 0o700)
+	if err == nil {
+		err = atomicfile.WriteFile(p, x.install, 0o600)
+	}
+	if err != nil {
+		x.log.Warn("could not keep the install log a transfer brought", "server", server, "error", err)
+	}
+	return nil
+}
+
+// discard removes the backups not committed.
+func (x *extras) discard() {
+	for id, b := range x.backups {
+		_ = os.Remove(b.tmp)
+		delete(x.backups, id)
+	}
+}
+
+// readTail reads r to its end and returns at most its last limit bytes.
+func readTail(r io.Reader, limit int) ([]byte, error) {
+	buf := make([]byte, 0, 64<<10)
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if len(buf) > 2*limit {
+			buf = append(buf[:0], buf[len(buf)-limit:]...)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(buf) > limit {
+		buf = buf[len(buf)-limit:]
+	}
+	return buf, nil
+}
+
+// localBackup is a local backup a source sends.
+type localBackup struct{ id, path string }
+
+// outgoing is what a source sends after the archive and its checksums.
+type outgoing struct {
+	backups    []localBackup
+	installLog string // its path; a missing log is not sent
+	// onBackup, when set, is called before each backup is sent.
+	onBackup func(n int, id string)
+}
+
+// write sends each backup followed by its checksum, then the install log,
+// as Pelican Wings' source does.
+func (o outgoing) write(ctx context.Context, mw *multipart.Writer) error {
+	for i, b := range o.backups {
+		if o.onBackup != nil {
+			o.onBackup(i+1, b.id)
+		}
+		if err := writeBackup(ctx, mw, b); err != nil {
+			return err
+		}
+	}
+	f, err := os.Open(o.installLog)
+	if err != nil {
+		// No install log (a server installed elsewhere, or never).
+		return nil
+	}
+	defer f.Close()
+	part, err := mw.CreateFormFile(partInstallLog, "install.log")
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(part, ctxReader{ctx, f})
+	return err
+}
+
+func writeBackup(ctx context.Context, mw *multipart.Writer, b localBackup) error {
+	f, err := os.Open(b.path)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", b.id, err)
+	}
+	defer f.Close()
+	part, err := mw.CreateFormFile(backupPartName(partBackup, b.id), b.id+backupExt)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(part, h), ctxReader{ctx, f}); err != nil {
+		return fmt.Errorf("backup %s: %w", b.id, err)
+	}
+	return mw.WriteField(backupPartName(partBackupChecksum, b.id), hex.EncodeToString(h.Sum(nil)))
+}
