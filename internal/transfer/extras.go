@@ -16,6 +16,7 @@ import (
 
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/ids"
 )
 
@@ -61,11 +62,16 @@ func backupPartID(name, prefix string) (string, bool) {
 // prefix, of its checksum's.
 func backupPartName(prefix, id string) string { return prefix + id + backupExt }
 
-// receivedBackupPath is where a backup a transfer brought is kept: the
-// node's local backup layout, where the backup service finds it.
-func receivedBackupPath(dir, server, id string) string {
-	_ = server // the flat layout does not name the server
-	return backup.LocalPath(dir, id)
+// alreadyHere reports whether a backup with this id is on the node for
+// server, or in the flat layout for any server: a backup a transfer brings
+// never replaces one (brought by an earlier transfer, or another server's
+// under the same UUID).
+func alreadyHere(cfg *config.Config, server, id string) bool {
+	if _, err := backup.LocalPath(cfg, server, id); err == nil {
+		return true
+	}
+	_, err := os.Lstat(filepath.Join(cfg.System.BackupDirectory, id+backupExt))
+	return err == nil
 }
 
 // installLogPath is where the node keeps a server's install log (as
@@ -90,6 +96,7 @@ type stagedBackup struct {
 // in place before commit.
 type extras struct {
 	backupDir string
+	layout    string // system.backups.layout: where a received backup goes
 	log       *slog.Logger
 	backups   map[string]stagedBackup
 	sums      map[string]string // checksum parts by backup UUID, as sent
@@ -182,16 +189,13 @@ func (x *extras) verify() error {
 // is kept when possible (as Pelican Wings, it never fails a transfer).
 func (x *extras) commit(server, logDir string) error {
 	for id, b := range x.backups {
-		// A link never replaces: a backup already here (brought by an
-		// earlier transfer, or another server's under the same UUID) is
-		// not overwritten by what a source sends.
-		err := os.Link(b.tmp, receivedBackupPath(x.backupDir, server, id))
-		switch {
-		case errors.Is(err, os.ErrExist):
+		cfg := &config.Config{}
+		cfg.System.BackupDirectory, cfg.System.Backups.Layout = x.backupDir, x.layout
+		if alreadyHere(cfg, server, id) {
 			x.log.Warn("a backup a transfer brought is already on this node; keeping the one here", "server", server, "backup", id)
-		case err != nil:
+		} else if _, err := backup.CommitLocal(cfg, server, id, b.tmp); err != nil {
 			return fmt.Errorf("storing backup %s: %w", id, err)
-		default:
+		} else {
 			x.log.Info("received a backup", "server", server, "backup", id)
 		}
 		_ = os.Remove(b.tmp)

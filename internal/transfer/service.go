@@ -415,6 +415,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 		TempDir:    cfg.System.TmpDirectory,
 	}
 	extra := newExtras(cfg.System.BackupDirectory, svc.opts.Log)
+	extra.layout = cfg.System.Backups.Layout
 	defer extra.discard()
 	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {
 		return err
