@@ -449,3 +449,35 @@ func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// ControlEntry opens the directory or regular file d that Walk is reporting
+// at rel, relative to the directory the walk listed it in, and calls fn
+// with the descriptor (for an ioctl on the inode itself, such as the
+// quota project). The open never follows a link and never blocks
+// (O_NOFOLLOW, O_NONBLOCK), and fn runs only when what was opened is the
+// inode the walk listed: an entry swapped meanwhile (for a FIFO, a device,
+// another file) is ErrOutsideRoot, which Vanished accepts. It must be
+// called from the walk's fn for that entry.
+func (f *FS) ControlEntry(rel string, d fs.DirEntry, fn func(fd int) error) error {
+	const op = "open"
+	rel = strings.TrimPrefix(rel, "/")
+	e, ok := f.entryOf(d)
+	if !ok {
+		return newErr(op, rel, ErrOutsideRoot)
+	}
+	if f.DeniedWalkEntry(rel, d) {
+		return newErr(op, rel, ErrDenied)
+	}
+	fd, err := openat(e.dir.fd, e.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	defer unix.Close(fd)
+	if id, err := fdInode(fd); err != nil || id != e.id() {
+		if err != nil {
+			return wrap(op, rel, err)
+		}
+		return newErr(op, rel, ErrOutsideRoot)
+	}
+	return wrap(op, rel, fn(fd))
+}
