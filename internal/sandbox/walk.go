@@ -454,10 +454,10 @@ func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
 // at rel, relative to the directory the walk listed it in, and calls fn
 // with the descriptor (for an ioctl on the inode itself, such as the
 // quota project). The open never follows a link and never blocks
-// (O_NOFOLLOW, O_NONBLOCK), and fn runs only when what was opened is the
-// inode the walk listed: an entry swapped meanwhile (for a FIFO, a device,
-// another file) is ErrOutsideRoot, which Vanished accepts. It must be
-// called from the walk's fn for that entry.
+// (O_NOFOLLOW, O_NONBLOCK), and fn runs only when what was opened has the
+// inode number and type the walk listed: an entry swapped meanwhile for a
+// link, a FIFO or a device is ErrOutsideRoot, which Vanished accepts. It
+// must be called from the walk's fn for that entry.
 func (f *FS) ControlEntry(rel string, d fs.DirEntry, fn func(fd int) error) error {
 	const op = "open"
 	rel = strings.TrimPrefix(rel, "/")
@@ -473,10 +473,13 @@ func (f *FS) ControlEntry(rel string, d fs.DirEntry, fn func(fd int) error) erro
 		return wrap(op, rel, err)
 	}
 	defer unix.Close(fd)
-	if id, err := fdInode(fd); err != nil || id != e.id() {
-		if err != nil {
-			return wrap(op, rel, err)
-		}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return wrap(op, rel, err)
+	}
+	// Same inode number and type: a number freed and reused at once by a
+	// new entry of the same name is still the server's own file.
+	if (inode{uint64(st.Dev), st.Ino}) != e.id() || st.Mode&unix.S_IFMT != e.st.Mode&unix.S_IFMT {
 		return newErr(op, rel, ErrOutsideRoot)
 	}
 	return wrap(op, rel, fn(fd))
