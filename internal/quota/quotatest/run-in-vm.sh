@@ -3,7 +3,7 @@
 # that enforces ext4 project quotas (Debian's linux-image-amd64), for hosts
 # whose own kernel cannot (built without CONFIG_QFMT_V2: the tests skip
 # there and say so). Needs qemu-system-x86 and linux-image-amd64.
-#   internal/quota/quotatest/run-in-vm.sh [go test flags, e.g. -test.run X]
+#   [PKG=./internal/server] internal/quota/quotatest/run-in-vm.sh [test binary flags, e.g. -test.run X]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 kver=$(ls /lib/modules | grep -- '-amd64$' | sort -V | tail -1)
@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 root=$work/root
 mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,lib64} "$root/$K"
 
-CGO_ENABLED=0 go test -c -o "$root/quota.test" ./internal/quota/
+CGO_ENABLED=0 go test -c -o "$root/quota.test" "${PKG:-./internal/quota/}"
 
 # The tools the tests run, with their libraries; busybox for the shell.
 cp /usr/bin/busybox "$root/bin/busybox"
@@ -32,6 +32,7 @@ cat >"$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
+ip link set lo up
 for m in crc32c_generic ext4 loop quota_v2; do modprobe $m; done
 export PATH=/bin HOME=/tmp TMPDIR=/tmp
 /quota.test -test.v -test.count=1 $(cat /args) && echo VM-TESTS-PASS || echo VM-TESTS-FAIL
