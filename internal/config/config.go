@@ -86,6 +86,14 @@ type System struct {
 	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
 	Decompress             Decompress     `yaml:"decompress" json:"decompress"`
 	MachineID              MachineID      `yaml:"machine_id" json:"machine_id"`
+	Quotas                 Quotas         `yaml:"quotas" json:"quotas"`
+}
+
+// Quotas turns on kernel project quotas for the server directories
+// (Pelican Wings' system.quotas): the filesystem itself then refuses the
+// game's writes past the server's disk limit. Off by default.
+type Quotas struct {
+	Enabled bool `yaml:"enabled" json:"enabled"`
 }
 
 // Decompress bounds the child process that decodes a user's archive for

@@ -111,8 +111,12 @@ func Run(ctx context.Context, opts Options) error {
 	// stopped (containers untouched) after the API has shut down.
 	nodeCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServers()
+	quotas := openQuotas(log, store.Get())
+	if quotas != nil {
+		defer quotas.Close()
+	}
 	servers := server.NewManager(nodeCtx, &server.Deps{
-		Runtime: rt, Panel: client, Config: store, Log: log,
+		Runtime: rt, Panel: client, Config: store, Log: log, Quotas: quotas,
 	})
 	defer servers.Close()
 	if err := loadServers(ctx, log, store, servers); err != nil {

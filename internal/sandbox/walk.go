@@ -449,3 +449,38 @@ func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// ControlEntry opens the directory or regular file d that Walk is reporting
+// at rel, relative to the directory the walk listed it in, and calls fn
+// with the descriptor (for an ioctl on the inode itself, such as the
+// quota project). The open never follows a link and never blocks
+// (O_NOFOLLOW, O_NONBLOCK), and fn runs only when what was opened has the
+// inode number and type the walk listed: an entry swapped meanwhile for a
+// link, a FIFO or a device is ErrOutsideRoot, which Vanished accepts. It
+// must be called from the walk's fn for that entry.
+func (f *FS) ControlEntry(rel string, d fs.DirEntry, fn func(fd int) error) error {
+	const op = "open"
+	rel = strings.TrimPrefix(rel, "/")
+	e, ok := f.entryOf(d)
+	if !ok {
+		return newErr(op, rel, ErrOutsideRoot)
+	}
+	if f.DeniedWalkEntry(rel, d) {
+		return newErr(op, rel, ErrDenied)
+	}
+	fd, err := openat(e.dir.fd, e.name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return wrap(op, rel, err)
+	}
+	// Same inode number and type: a number freed and reused at once by a
+	// new entry of the same name is still the server's own file.
+	if (inode{uint64(st.Dev), st.Ino}) != e.id() || st.Mode&unix.S_IFMT != e.st.Mode&unix.S_IFMT {
+		return newErr(op, rel, ErrOutsideRoot)
+	}
+	return wrap(op, rel, fn(fd))
+}

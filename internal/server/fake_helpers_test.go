@@ -28,7 +28,8 @@ type fakeEnv struct {
 
 // newFakeEnv loads one server running the fake process proc. The stop
 // timeout is long (a stop the process ignores holds the lock until killed).
-func newFakeEnv(t testing.TB, proc runtimetest.Process) (*fakeEnv, *Server) {
+// Each option may change the configuration and the dependencies first.
+func newFakeEnv(t testing.TB, proc runtimetest.Process, options ...func(*config.Config, *Deps)) (*fakeEnv, *Server) {
 	t.Helper()
 	def := gameDef(nil)
 	const tokenID, token = "tid", "node-token"
@@ -50,13 +51,17 @@ func newFakeEnv(t testing.TB, proc runtimetest.Process) (*fakeEnv, *Server) {
 			t.Fatal(err)
 		}
 	}
-	store := config.NewStore(filepath.Join(dir, "config.yml"), c)
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	rt := runtimetest.New(proc)
 	client := panel.New(func() panel.Settings {
 		return panel.Settings{Remote: srv.URL, TokenID: tokenID, Token: token, Timeout: 10 * time.Second}
 	}, "test")
-	m := NewManager(context.Background(), &Deps{Runtime: rt, Panel: client, Config: store, Log: log, StopTimeout: time.Hour})
+	deps := &Deps{Runtime: rt, Panel: client, Log: log, StopTimeout: time.Hour}
+	for _, option := range options {
+		option(c, deps)
+	}
+	deps.Config = config.NewStore(filepath.Join(dir, "config.yml"), c)
+	m := NewManager(context.Background(), deps)
 	t.Cleanup(m.Close)
 	if err := m.LoadFromPanel(context.Background(), 50); err != nil {
 		t.Fatal(err)

@@ -294,6 +294,11 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 			errs = append(errs, err)
 		}
 	}
+	if m.deps.Quotas != nil {
+		if err := m.deps.Quotas.Remove(s.DataDir()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if err := os.RemoveAll(s.DataDir()); err != nil {
 		errs = append(errs, err)
 	}

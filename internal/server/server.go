@@ -15,6 +15,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/quota"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/sandbox"
 )
@@ -63,6 +64,8 @@ type Deps struct {
 	// StopTimeout is how long a stop may take before it escalates to a
 	// kill; DefaultStopTimeout (10 minutes) when zero.
 	StopTimeout time.Duration
+	// Quotas sets kernel disk quotas (system.quotas); nil when off.
+	Quotas *quota.Quotas
 }
 
 // Server is one game server.

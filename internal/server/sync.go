@@ -30,6 +30,7 @@ func (s *Server) Sync(ctx context.Context) error {
 		return fmt.Errorf("server: the backend answered with the configuration of %s", def.Config.UUID)
 	}
 	s.apply(def)
+	s.applyQuota(ctx, def.Config.Build.DiskLimitBytes())
 
 	if s.State() != Offline {
 		limits := ContainerLimits(def.Config.Build, s.deps.Config.Get().Docker)
