@@ -3,7 +3,6 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -52,8 +51,7 @@ func TestPelicanConfigurationFile(t *testing.T) {
 		"system.backups.remove_backups_on_server_delete", "system.crash_detection_activity_lines",
 		"system.enable_log_rotate", "system.openat_mode", "system.transfers.storage_pool",
 	}
-	// system.quotas is known once kernel quotas (issue 22, item 5) are in.
-	got := slices.DeleteFunc(UnknownKeys(src), func(k string) bool { return k == "system.quotas" })
+	got := UnknownKeys(src)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("unknown keys (-want +got):\n%s", diff)
 	}
