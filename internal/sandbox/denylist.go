@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -88,8 +87,10 @@ func (d *denylist) match(rel string) bool {
 	return d.m.Match(parts, false) || d.m.Match(parts, true)
 }
 
-// resolve is resolveInRoot made cheap for the common case (writing many
-// files, e.g. an extraction): the parent directory is opened once through
+// resolve follows the symbolic links on rel the way os.Root does, to find
+// which name inside the root an operation would really touch (so that a
+// link cannot reach a denied file under another name), cheaply in the
+// common case (writing many files, e.g. an extraction): the parent directory is opened once through
 // the root (which follows in-root links the same way) and its real name read
 // from the descriptor, instead of one Lstat (itself a walk from the root)
 // per component. When the parent cannot be opened as a directory, the last
@@ -142,59 +143,6 @@ func (s *state) resolveParent(rel string) (string, bool) {
 		return base, true
 	}
 	return realDir + "/" + base, true
-}
-
-// resolveInRoot follows the symbolic links on rel the way os.Root does, to
-// find which name inside the root an operation would really touch, so that
-// a link cannot be used to reach a denied file under another name. Missing
-// components are kept literally. ok is false when the walk leaves the root,
-// loops, or fails; the operation itself is then refused by os.Root anyway.
-func (s *state) resolveInRoot(rel string) (string, bool) {
-	if rel == "." {
-		return ".", true
-	}
-	todo := strings.Split(rel, "/")
-	var done []string
-	hops := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			if len(done) == 0 {
-				return "", false
-			}
-			done = done[:len(done)-1]
-			continue
-		}
-		cand := strings.Join(append(done[:len(done):len(done)], c), "/")
-		fi, err := s.root.Lstat(cand)
-		if err != nil {
-			// Missing (or unreadable): the rest is taken literally.
-			done = append(done, c)
-			done = append(done, todo...)
-			return strings.Join(done, "/"), true
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			done = append(done, c)
-			continue
-		}
-		hops++
-		if hops > 40 {
-			return "", false
-		}
-		target, err := s.root.Readlink(cand)
-		if err != nil || strings.HasPrefix(target, "/") {
-			return "", false
-		}
-		todo = append(strings.Split(target, "/"), todo...)
-	}
-	if len(done) == 0 {
-		return ".", true
-	}
-	return strings.Join(done, "/"), true
 }
 
 // fdRel returns the name, relative to the root, of the file open as f, as
