@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/wharf/wharf/internal/testutil/deeptree"
+
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
@@ -291,37 +293,6 @@ func TestDiskLimitDecompressManyEmptyFiles(t *testing.T) {
 	n.assertAnswersEveryFace(t, filesServer)
 }
 
-// makeDeepChainWithFile makes depth nested directories "d" below root (deeper than
-// a path can name) with a file of size bytes at the bottom, as a game
-// process can, through descriptors.
-func makeDeepChainWithFile(t *testing.T, root string, depth, size int) {
-	t.Helper()
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range depth {
-		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		_ = unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	defer unix.Close(fd)
-	ffd, err := unix.Openat(fd, "big", unix.O_WRONLY|unix.O_CREAT, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(ffd)
-	if _, err := unix.Write(ffd, make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A tree 2,500 levels deep with 5 MiB at the bottom, on a 1 MiB server,
 // while the daemon has few descriptors to spare: the disk figure the panel
 // reads counts the 5 MiB (a walk holding a descriptor per level would run
@@ -333,7 +304,9 @@ func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.DiskCheckInterval = 1 },
 	})
-	makeDeepChainWithFile(t, n.dataDir(filesServer), 2500, 5*mib)
+	if err := deeptree.ChainWithFile(n.dataDir(filesServer), 2500, 5*mib); err != nil {
+		t.Fatal(err)
+	}
 	var old unix.Rlimit
 	if err := unix.Prlimit(n.cmd.Process.Pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
 		t.Fatal(err)

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -108,29 +106,6 @@ func transferCarriesBackups(t *testing.T, live bool) {
 	}
 }
 
-// tarGz is a gzip-compressed tar of the given files.
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, data := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -184,10 +159,10 @@ func (c *cluster) postForm(id string, parts [][2]string) (int, string) {
 func TestTransferRefusesHostileBackupParts(t *testing.T) {
 	const id = "7a0000b2-0000-4000-8000-0000000000b2"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
-	arcBytes := tarGz(t, map[string]string{"a.txt": "hello"})
+	arcBytes := wingsArchive(t, map[string]string{"a.txt": "hello"})
 	arc, sum := string(arcBytes), sha256Hex(arcBytes)
 	backupID := newBackupID()
-	backupBytes := tarGz(t, map[string]string{"a.txt": "from a backup"})
+	backupBytes := wingsArchive(t, map[string]string{"a.txt": "from a backup"})
 	backupData := string(backupBytes)
 	root := filepath.Dir(c.Target.CfgPath)
 	pwn := "pwn-" + backupID[:8]

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/wharf/wharf/internal/testutil/deeptree"
+
 	"bytes"
 	"context"
 	"errors"
@@ -347,37 +349,6 @@ func TestConcurrentWritersStayUnderLimit(t *testing.T) {
 	}
 }
 
-// deepTree makes depth nested directories "d" below root (deeper than
-// PATH_MAX allows naming from the root) with a file of size bytes at the
-// bottom, through descriptors.
-func deepTree(t *testing.T, root string, depth, size int) {
-	t.Helper()
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range depth {
-		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		_ = unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	defer unix.Close(fd)
-	ffd, err := unix.Openat(fd, "big", unix.O_WRONLY|unix.O_CREAT, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(ffd)
-	if _, err := unix.Write(ffd, make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // withFileLimit runs fn with the soft RLIMIT_NOFILE set to what is open
 // now plus spare.
 func withFileLimit(t *testing.T, spare int, fn func()) {
@@ -405,7 +376,9 @@ func withFileLimit(t *testing.T, spare int, fn func()) {
 // and the server counts as over its limit.
 func TestUsageOfDeepTreeUnderDescriptorPressure(t *testing.T) {
 	fx, _ := limitedFixture(t, 1024*kib)
-	deepTree(t, fx.root, 2500, 5<<20)
+	if err := deeptree.ChainWithFile(fx.root, 2500, 5<<20); err != nil {
+		t.Fatal(err)
+	}
 	var u int64
 	var err error
 	withFileLimit(t, 16, func() { u, err = fx.fs.RefreshUsage(context.Background()) })

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"github.com/wharf/wharf/internal/testutil/deeptree"
+
 	"context"
 	"errors"
 	"io"
@@ -362,26 +364,14 @@ func deepTreeWalks(t *testing.T, depth int, deny []string) {
 	w.Close()
 }
 
-// mkdeep makes depth nested "d" directories below root with host calls
-// relative to each level (a host path that long is beyond PATH_MAX), and
+// mkdeep makes depth nested "d" directories below root (deeptree.Chain) and
 // calls at with the deepest one as a short /proc path.
 func mkdeep(t *testing.T, root string, depth int, at func(dir string)) {
 	t.Helper()
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	dir, err := deeptree.Chain(root, depth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range depth {
-		if err := unix.Mkdirat(fd, "d", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		next, err := unix.Openat(fd, "d", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		unix.Close(fd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd = next
-	}
-	defer unix.Close(fd)
-	at("/proc/self/fd/" + strconv.Itoa(fd))
+	defer dir.Close()
+	at("/proc/self/fd/" + strconv.Itoa(int(dir.Fd())))
 }
