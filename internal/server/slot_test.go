@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/wharf/wharf/internal/runtime/runtimetest"
 	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -275,5 +277,47 @@ func TestSlotRestoreIsNoSuspension(t *testing.T) {
 	defer end()
 	if s.IsSuspended() || !s.IsRestoring() {
 		t.Fatalf("suspended %v, restoring %v during a restore", s.IsSuspended(), s.IsRestoring())
+	}
+}
+
+// Delete ends the contexts of the jobs on the server's files and waits for
+// them to end before it removes the tree: a user's write never writes into
+// a removed tree. New jobs are refused from the start of the deletion.
+func TestSlotDeleteCancelsAndWaitsForUserJobs(t *testing.T) {
+	e, s := newFakeEnv(t, runtimetest.Process{})
+	ctx, end, err := s.BeginJob(context.Background(), JobUpload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeAtEnd := make(chan error, 1)
+	go func() {
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), ErrServerGone) {
+			t.Errorf("the upload's context ended with %v, want ErrServerGone", context.Cause(ctx))
+		}
+		// The job is still running (it takes a while to stop): its tree
+		// must stay there meanwhile.
+		removed := wait.Until(500*time.Millisecond, func() bool {
+			_, err := os.Stat(s.DataDir())
+			return os.IsNotExist(err)
+		})
+		if removed {
+			treeAtEnd <- errors.New("removed")
+		} else {
+			treeAtEnd <- nil
+		}
+		end()
+	}()
+	if err := e.m.Delete(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-treeAtEnd; err != nil {
+		t.Fatalf("the tree was removed under a running job: %v", err)
+	}
+	if _, err := os.Stat(s.DataDir()); !os.IsNotExist(err) {
+		t.Fatalf("the tree is still there after the delete: %v", err)
+	}
+	if _, _, err := s.BeginJob(context.Background(), JobFileWrite); !errors.Is(err, ErrDeleted) {
+		t.Fatalf("a job after the delete: %v", err)
 	}
 }
