@@ -228,10 +228,10 @@ func workErr(ctx context.Context, err error) error {
 }
 
 // workContext is the context of a long read of s's files for the request
-// r (search): it ends when the
-// client goes away, when the server is deleted, and as soon as the daemon
-// begins to stop (not after the shutdown grace period), so that none of
-// that work outlives its caller.
+// r (search; changes hold a job: userJob): it ends when the client goes
+// away, when the server is deleted, and as soon as the daemon begins to
+// stop (not after the shutdown grace period), so that none of that work
+// outlives its caller.
 func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, context.CancelFunc) {
 	ctx, cancel := s.WorkContext(r.Context())
 	if a.Stopping == nil {

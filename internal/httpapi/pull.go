@@ -55,9 +55,10 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return nil
 	}
 	name, err := a.Pulls.Run(ctx, d)
+	err = workErr(ctx, err)
 	end()
 	if err != nil {
-		return workErr(ctx, err)
+		return err
 	}
 	st, err := a.fileManager(s).StatOf(name)
 	if err != nil {
