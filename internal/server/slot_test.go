@@ -321,3 +321,21 @@ func TestSlotDeleteCancelsAndWaitsForUserJobs(t *testing.T) {
 		t.Fatalf("a job after the delete: %v", err)
 	}
 }
+
+// What a user's job costs to begin and end (an SFTP write pays it per
+// write).
+func BenchmarkSlotBeginJobShared(b *testing.B) {
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &Server{ctx: sctx, deps: &Deps{}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, end, err := s.BeginJob(context.Background(), JobSFTP)
+			if err != nil {
+				b.Fatal(err)
+			}
+			end()
+		}
+	})
+}
