@@ -68,12 +68,12 @@ func ParseAdapter(s string) (Adapter, error) {
 // Server is what a backup needs of a server (*server.Server).
 type Server interface {
 	UUID() string
-	Context() context.Context
 	Files() *sandbox.FS
 	Publish(events.Event)
 	// BeginJob claims the server's job slot: a restore is exclusive, a
-	// backup shared; a refusal is a *server.BusyError (409).
-	BeginJob(server.Job) (end func(), err error)
+	// backup shared; a refusal is a *server.BusyError (409). The job's
+	// context ends with ctx, at end, and with the server.
+	BeginJob(ctx context.Context, j server.Job) (jctx context.Context, end func(), err error)
 	StopForJob(ctx context.Context, wait time.Duration) error
 }
 
@@ -104,13 +104,6 @@ func New(ctx context.Context, cfg *config.Store, p *panel.Client, log *slog.Logg
 func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
-}
-
-// jobContext ends when the service or the server ends.
-func (s *Service) jobContext(srv Server) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	stop := context.AfterFunc(srv.Context(), cancel)
-	return ctx, func() { stop(); cancel() }
 }
 
 // tempPrefix starts the names of archives being written in the backup

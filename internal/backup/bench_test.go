@@ -32,11 +32,13 @@ import (
 // benchServer is what a backup needs of a server, over a plain directory.
 type benchServer struct{ files *sandbox.FS }
 
-func (s benchServer) UUID() string                                    { return "bench" }
-func (s benchServer) Context() context.Context                        { return context.Background() }
-func (s benchServer) Files() *sandbox.FS                              { return s.files }
-func (s benchServer) Publish(events.Event)                            {}
-func (s benchServer) BeginJob(server.Job) (func(), error)             { return func() {}, nil }
+func (s benchServer) UUID() string         { return "bench" }
+func (s benchServer) Files() *sandbox.FS   { return s.files }
+func (s benchServer) Publish(events.Event) {}
+func (s benchServer) BeginJob(ctx context.Context, _ server.Job) (context.Context, func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	return ctx, cancel, nil
+}
 func (s benchServer) StopForJob(context.Context, time.Duration) error { return nil }
 
 // benchPartSize is the part size the fake panel hands out. (The panels'

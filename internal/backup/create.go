@@ -52,16 +52,15 @@ func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) err
 	}
 	s.running[backup] = true
 	s.mu.Unlock()
-	end, err := srv.BeginJob(server.JobBackup)
+	// The job's context ends when the service or the server ends.
+	ctx, end, err := srv.BeginJob(s.ctx, server.JobBackup)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.running, backup)
 		s.mu.Unlock()
 		return err
 	}
-	ctx, cancel := s.jobContext(srv)
 	s.wg.Go(func() {
-		defer cancel()
 		defer end()
 		defer func() {
 			s.mu.Lock()

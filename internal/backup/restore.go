@@ -55,18 +55,17 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	default:
 		return ErrBadAdapter
 	}
-	end, err := srv.BeginJob(server.JobRestore)
+	// The job's context ends when the service or the server ends.
+	jctx, end, err := srv.BeginJob(s.ctx, server.JobRestore)
 	if err != nil {
 		return err
 	}
-	jctx, cancel := s.jobContext(srv)
 	var src io.ReadCloser
 	if req.Adapter == ObjectStore {
 		// The request is made now, so that a refused address, status or
 		// content type is answered with 400 before anything changes.
 		body, err := s.download(jctx, req.DownloadURL)
 		if err != nil {
-			cancel()
 			end()
 			return err
 		}
@@ -74,14 +73,12 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
-			cancel()
 			end()
 			return ErrNotFound
 		}
 		src = f
 	}
 	s.wg.Go(func() {
-		defer cancel()
 		defer end()
 		defer src.Close()
 		s.restore(jctx, srv, backup, req, src, end)

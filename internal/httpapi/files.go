@@ -88,17 +88,21 @@ func (s *sentWriter) Write(p []byte) (int, error) {
 func (s *sentWriter) Flush() error { return http.NewResponseController(s.w).Flush() }
 
 // changeFiles is a writing route answered with 204: the JSON body into
-// req, a refusal (409) when the server's files may not be changed now
-// (suspended, or an exclusive job rewrites them), then change on them.
-func (a *API) changeFiles(w http.ResponseWriter, r *http.Request, s *server.Server, req any, change func(*files.Manager) error) error {
+// req, then change on the files holding the server's job slot (a user's
+// file change: refused with 409 while suspended or while an exclusive job
+// rewrites the tree, and an exclusive job waits for it or is refused).
+// ctx is the job's context (userJob).
+func (a *API) changeFiles(w http.ResponseWriter, r *http.Request, s *server.Server, req any, change func(ctx context.Context, fm *files.Manager) error) error {
 	if err := readJSON(w, r, req); err != nil {
 		return err
 	}
-	if err := s.CheckFileWrites(); err != nil {
+	ctx, end, err := a.userJob(r.Context(), s, server.JobFileChange)
+	if err != nil {
 		return err
 	}
-	if err := change(a.fileManager(s)); err != nil {
-		return err
+	defer end()
+	if err := change(ctx, a.fileManager(s)); err != nil {
+		return workErr(ctx, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -109,8 +113,8 @@ func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server
 		Root  string         `json:"root"`
 		Files []files.Rename `json:"files"`
 	}
-	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.RenameAll(r.Context(), req.Root, req.Files)
+	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		return fm.RenameAll(ctx, req.Root, req.Files)
 	})
 }
 
@@ -118,11 +122,9 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 	var req struct {
 		Location string `json:"location"`
 	}
-	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		ctx, cancel := a.workContext(r, s)
-		defer cancel()
+	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
 		_, err := fm.Copy(ctx, req.Location)
-		return workErr(ctx, err)
+		return err
 	})
 }
 
@@ -132,13 +134,15 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	if r.Header.Get("Content-Length") == "" || r.ContentLength < 0 {
 		return files.ErrMissingLength
 	}
-	if err := s.CheckFileWrites(); err != nil {
+	// The write holds the job slot until it has answered: a restore or a
+	// transfer never runs under it. The body stops being stored when the
+	// server is deleted mid-upload; an upload still gets the shutdown grace
+	// period to finish (s.BeginJob, not userJob).
+	ctx, end, err := s.BeginJob(r.Context(), server.JobFileWrite)
+	if err != nil {
 		return err
 	}
-	// The body stops being stored when the server is deleted mid-upload;
-	// an upload still gets the shutdown grace period to finish.
-	ctx, cancel := s.WorkContext(r.Context())
-	defer cancel()
+	defer end()
 	body := sandbox.ContextReader(ctx, r.Body)
 	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
 		return err
@@ -152,7 +156,7 @@ func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *ser
 		Name string `json:"name"`
 		Path string `json:"path"`
 	}
-	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
+	return a.changeFiles(w, r, s, &req, func(_ context.Context, fm *files.Manager) error {
 		return fm.Mkdir(req.Path, req.Name)
 	})
 }
@@ -162,10 +166,8 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Root  string   `json:"root"`
 		Files []string `json:"files"`
 	}
-	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		ctx, cancel := a.workContext(r, s)
-		defer cancel()
-		return workErr(ctx, fm.Delete(ctx, req.Root, req.Files))
+	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		return fm.Delete(ctx, req.Root, req.Files)
 	})
 }
 
@@ -174,28 +176,40 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 		Root  string        `json:"root"`
 		Files []files.Chmod `json:"files"`
 	}
-	return a.changeFiles(w, r, s, &req, func(fm *files.Manager) error {
-		return fm.ChmodAll(r.Context(), req.Root, req.Files)
+	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		return fm.ChmodAll(ctx, req.Root, req.Files)
 	})
 }
 
-// fileJob reads a file job's (compress, decompress, pull) JSON body into
-// req and takes the server's job slot for it: refused while an exclusive
-// job runs, and while the server's files may not be changed. ctx is the
-// job's context (workContext). end releases both.
-func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any) (ctx context.Context, end func(), err error) {
+// fileJob reads a file job's (compress, decompress) JSON body into req
+// and takes the server's job slot for it (userJob).
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any, kind server.Job) (ctx context.Context, end func(), err error) {
 	if err := readJSON(w, r, req); err != nil {
 		return nil, nil, err
 	}
-	if err := s.CheckFileWrites(); err != nil {
-		return nil, nil, err
-	}
-	release, err := s.BeginJob(server.JobFiles)
+	return a.userJob(r.Context(), s, kind)
+}
+
+// userJob takes the server's job slot for a user's job of kind on s's
+// files: refused (409) while the server is suspended or an exclusive job
+// runs. ctx is the job's context: it ends with parent, when the server is
+// deleted, and as soon as the daemon begins to stop (not after the
+// shutdown grace period). end releases the slot once the work is over.
+func (a *API) userJob(parent context.Context, s *server.Server, kind server.Job) (ctx context.Context, end func(), err error) {
+	jctx, release, err := s.BeginJob(parent, kind)
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := a.workContext(r, s)
-	return ctx, func() { cancel(); release() }, nil
+	if a.Stopping == nil {
+		return jctx, release, nil
+	}
+	ctx, cancel := context.WithCancel(jctx)
+	stop := context.AfterFunc(a.Stopping, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		release()
+	}, nil
 }
 
 // workErr is the error of work whose context ended: the reason it ended
@@ -213,11 +227,11 @@ func workErr(ctx context.Context, err error) error {
 	return err
 }
 
-// workContext is the context of long work on s's files for the request r
-// (compress, decompress, search, copy, delete, write): it ends when the
-// client goes away, when the server is deleted, and as soon as the daemon
-// begins to stop (not after the shutdown grace period), so that none of
-// that work outlives its caller.
+// workContext is the context of a long read of s's files for the request
+// r (search; changes hold a job: userJob): it ends when the client goes
+// away, when the server is deleted, and as soon as the daemon begins to
+// stop (not after the shutdown grace period), so that none of that work
+// outlives its caller.
 func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, context.CancelFunc) {
 	ctx, cancel := s.WorkContext(r.Context())
 	if a.Stopping == nil {
@@ -232,7 +246,7 @@ func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, c
 
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	ctx, end, err := a.fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req, server.JobCompress)
 	if err != nil {
 		return err
 	}
@@ -250,7 +264,7 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	ctx, end, err := a.fileJob(w, r, s, &req)
+	ctx, end, err := a.fileJob(w, r, s, &req, server.JobDecompress)
 	if err != nil {
 		return err
 	}

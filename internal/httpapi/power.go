@@ -109,9 +109,6 @@ func (a *API) postSync(w http.ResponseWriter, r *http.Request, s *server.Server)
 }
 
 func (a *API) deleteServer(w http.ResponseWriter, r *http.Request, s *server.Server) error {
-	if a.Pulls != nil {
-		a.Pulls.CancelServer(s.UUID()) // its downloads would write into a removed tree
-	}
 	if err := a.Servers.Delete(r.Context(), s); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/wharf/wharf/internal/pull"
@@ -30,7 +31,16 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return err
 	}
 	var req pull.Request
-	ctx, end, err := a.fileJob(w, r, s, &req)
+	if err := readJSON(w, r, &req); err != nil {
+		return err
+	}
+	// A background download outlives the request: its job ends with the
+	// server (deleted) and the pull service, not with the client.
+	parent := r.Context()
+	if !req.Foreground {
+		parent = context.WithoutCancel(parent)
+	}
+	ctx, end, err := a.userJob(parent, s, server.JobPull)
 	if err != nil {
 		return err
 	}
@@ -40,11 +50,12 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 		return err
 	}
 	if !req.Foreground {
-		a.Pulls.Start(d, end)
+		a.Pulls.Start(ctx, d, end)
 		writeJSON(w, http.StatusAccepted, map[string]string{"identifier": d.ID})
 		return nil
 	}
 	name, err := a.Pulls.Run(ctx, d)
+	err = workErr(ctx, err)
 	end()
 	if err != nil {
 		return err

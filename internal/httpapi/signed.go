@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/upload"
 )
@@ -139,12 +140,20 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// The same rule as the file manager: no user changes while the server
-	// is suspended or an install, restore or transfer rewrites its tree.
-	if err := s.CheckFileWrites(); err != nil {
+	// The same rule as the file manager: the upload holds the server's job
+	// slot until it has answered (no install, restore or transfer rewrites
+	// the tree under it), and is refused while the server is suspended. The
+	// body stops being stored when the server is deleted mid-upload.
+	ctx, end, err := s.BeginJob(r.Context(), server.JobUpload)
+	if err != nil {
 		return err
 	}
+	defer end()
 	liftBodyDeadline(w)
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{sandbox.ContextReader(ctx, r.Body), r.Body}
 	mr, err := r.MultipartReader()
 	if err != nil {
 		return fmt.Errorf("%w: %w", upload.ErrNotMultipart, err)
@@ -164,7 +173,7 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Connection", "close")
 	}
 	if err != nil {
-		return err
+		return workErr(ctx, err)
 	}
 	w.WriteHeader(http.StatusOK)
 	return nil

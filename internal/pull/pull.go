@@ -264,14 +264,15 @@ func (s *Service) Run(ctx context.Context, d *Download) (string, error) {
 	return name, err
 }
 
-// Start runs a begun download in the background; done, when set, is
-// called once it ended.
-func (s *Service) Start(d *Download, done func()) {
+// Start runs a begun download in the background; ctx bounds it (the
+// server's job: it ends when the server is deleted), with the service's own
+// context. done, when set, is called once it ended.
+func (s *Service) Start(ctx context.Context, d *Download, done func()) {
 	s.wg.Go(func() {
 		if done != nil {
 			defer done()
 		}
-		name, err := s.Run(s.ctx, d)
+		name, err := s.Run(ctx, d)
 		if err != nil && !errors.Is(err, context.Canceled) {
 			s.opts.Log.Warn("remote download failed", "server", d.server, "download", d.ID, "host", d.url.Host, "error", err)
 			return
@@ -304,20 +305,6 @@ func (s *Service) Cancel(server, id string) {
 			d.cancel()
 		}
 		delete(s.byID, id)
-	}
-}
-
-// CancelServer stops every download of server (it is being deleted).
-func (s *Service) CancelServer(server string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, d := range s.byID {
-		if d.server == server {
-			if d.cancel != nil {
-				d.cancel()
-			}
-			delete(s.byID, id)
-		}
 	}
 }
 

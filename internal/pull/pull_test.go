@@ -43,7 +43,7 @@ func TestCloseCancelsAndCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	svc.Start(d, func() { close(done) })
+	svc.Start(context.Background(), d, func() { close(done) })
 	for deadline := time.Now().Add(5 * time.Second); d.Progress() != 0.5; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no progress")

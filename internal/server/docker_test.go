@@ -175,7 +175,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 		{JobTransferIn, ErrTransferring},
 		{JobRestore, ErrRestoring},
 	} {
-		end, err := s.BeginJob(job.job)
+		_, end, err := s.BeginJob(context.Background(), job.job)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 		}
 		end()
 	}
-	end, err := s.BeginJob(JobInstall)
+	_, end, err := s.BeginJob(context.Background(), JobInstall)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func (s *Server) InstallAsync(reinstall bool) error {
 	if reinstall {
 		job = JobReinstall
 	}
-	end, err := s.BeginJob(job)
+	_, end, err := s.BeginJob(s.ctx, job)
 	if err != nil {
 		return err
 	}

@@ -243,7 +243,7 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 		return nil, err
 	}
 	// Claimed now, so that the server is seen installing as soon as it exists.
-	end, err := s.BeginJob(JobInstall)
+	_, end, err := s.BeginJob(s.ctx, JobInstall)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +264,8 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 }
 
 // Delete removes a server in the spec's order: suspend, notify websocket
-// clients, stop processes, remove from the manager, destroy the container,
-// delete the files.
+// clients, stop processes, cancel the jobs on its files and wait for them,
+// remove from the manager, destroy the container, delete the files.
 func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	s.mu.Lock()
 	s.deleted = true
@@ -282,6 +282,15 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 	if err != nil {
 		s.log.Warn("killing the process before deletion failed", "error", err)
 	}
+	// The server's end ends the contexts of its jobs: the users' jobs and
+	// backups stop, and are waited for before their tree is removed (an
+	// exclusive job is not: an outgoing transfer holds the slot until here).
+	s.cancel()
+	wctx, cancel := CleanupContext(ctx)
+	if err := s.jobs.waitShared(wctx); err != nil {
+		s.log.Warn("jobs on the server's files did not end before its deletion", "error", err)
+	}
+	cancel()
 	s.close()
 	m.remove(uuid)
 	// The server is gone from the manager: its containers are removed even

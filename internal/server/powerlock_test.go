@@ -209,7 +209,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 	if err := s.PowerAsync(PowerStart, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	end, err := s.BeginJob(JobRestore)
+	_, end, err := s.BeginJob(context.Background(), JobRestore)
 	if err != nil {
 		t.Fatal(err)
 	}

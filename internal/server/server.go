@@ -66,6 +66,9 @@ type Deps struct {
 	StopTimeout time.Duration
 	// Quotas sets kernel disk quotas (system.quotas); nil when off.
 	Quotas *quota.Quotas
+	// JobDrainWait is how long an exclusive job waits for the shared jobs
+	// running when it begins (BeginJob); 2 seconds when zero.
+	JobDrainWait time.Duration
 }
 
 // Server is one game server.
@@ -197,12 +200,13 @@ func (s *Server) State() State {
 	return s.state
 }
 
-// IsSuspended reports the suspension flag: set by the backend, and also for
-// the duration of a restore.
+// IsSuspended reports the backend's suspension flag. A restore is not a
+// suspension: logins succeed during it, and what it forbids (changing the
+// files, power) is refused naming it.
 func (s *Server) IsSuspended() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.def.Config.Suspended || s.IsRestoring()
+	return s.def.Config.Suspended
 }
 
 // IsInstalling, IsTransferring and IsRestoring report the flags of the spec,
@@ -239,7 +243,8 @@ func (s *Server) Details() Details {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return Details{
-		State:         u.State,
+		State: u.State,
+		// The spec shows a restore as a suspension on the wire.
 		IsSuspended:   s.def.Config.Suspended || s.IsRestoring(),
 		Utilization:   u,
 		Configuration: s.def.Config,

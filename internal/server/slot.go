@@ -1,19 +1,23 @@
 package server
 
 import (
+	"context"
 	"fmt"
-	"sync/atomic"
+	"sync"
+	"time"
 
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// Job is a piece of work that owns a server's files for a while.
+// Job is a piece of work that owns a server's files for a while. The job
+// slot (BeginJob) is the only door to them: every change to a server's
+// files, by the agent or by a user, holds it while it runs.
 //
 // Exclusive jobs rewrite the tree (install, reinstall, restore, the two
 // transfers): at most one runs at a time, and never while a shared job runs.
-// Shared jobs only read the tree or add to it (a backup, a file manager
-// archive, extraction or remote download): any number run together, but never
-// while an exclusive job runs.
+// Shared jobs only read the tree or add to it (a backup, and every change a
+// user makes: file manager, uploads, archives, remote downloads, SFTP): any
+// number run together, but never while an exclusive job runs.
 type Job uint8
 
 // The jobs. JobNone means the slot is free.
@@ -27,11 +31,23 @@ const (
 
 	// Shared jobs.
 	JobBackup
-	JobFiles // compress, decompress, remote download
+	JobFileWrite  // the file manager writes a file (files/write)
+	JobUpload     // a signed upload
+	JobFileChange // rename, delete, chmod, copy, create-directory
+	JobCompress   // the file manager makes an archive
+	JobDecompress // the file manager extracts an archive
+	JobPull       // a remote download
+	JobSFTP       // an SFTP write or change
+
+	numJobs
 )
 
 // Exclusive reports whether j rewrites the server's tree.
 func (j Job) Exclusive() bool { return j >= JobInstall && j <= JobTransferIn }
+
+// User reports whether j is a change a user makes: refused while the
+// server is suspended.
+func (j Job) User() bool { return j >= JobFileWrite && j < numJobs }
 
 func (j Job) String() string {
 	switch j {
@@ -49,14 +65,27 @@ func (j Job) String() string {
 		return "incoming transfer"
 	case JobBackup:
 		return "backup"
-	case JobFiles:
-		return "file job"
+	case JobFileWrite:
+		return "file write"
+	case JobUpload:
+		return "file upload"
+	case JobFileChange:
+		return "file change"
+	case JobCompress:
+		return "compress"
+	case JobDecompress:
+		return "decompress"
+	case JobPull:
+		return "remote download"
+	case JobSFTP:
+		return "SFTP write"
 	}
 	return fmt.Sprintf("job(%d)", uint8(j))
 }
 
 // busyText is what a refused caller is told about the running job.
 func (j Job) busyText() string {
+	const later = "; try again when it has finished."
 	switch j {
 	case JobInstall:
 		return "The server is being installed."
@@ -66,8 +95,22 @@ func (j Job) busyText() string {
 		return "The server is being restored."
 	case JobTransferOut, JobTransferIn:
 		return "The server is being transferred."
-	case JobBackup, JobFiles:
-		return "The server is being backed up or its files are being archived; try again when that has finished."
+	case JobBackup:
+		return "The server is being backed up" + later
+	case JobFileWrite:
+		return "The server's files are being written by a user (file manager)" + later
+	case JobUpload:
+		return "The server's files are being written by a user (file upload)" + later
+	case JobFileChange:
+		return "The server's files are being changed by a user (rename, delete, copy or permissions)" + later
+	case JobCompress:
+		return "The server's files are being archived by a user (compress)" + later
+	case JobDecompress:
+		return "An archive is being extracted into the server's files (decompress)" + later
+	case JobPull:
+		return "A file is being downloaded into the server's files (remote download)" + later
+	case JobSFTP:
+		return "The server's files are being written by a user (SFTP)" + later
 	}
 	return "The server is busy."
 }
@@ -75,9 +118,11 @@ func (j Job) busyText() string {
 // ErrBusy is in the chain of every refusal of the job slot.
 var ErrBusy = usererr.New(usererr.Conflict, "The server is busy with another job.")
 
-// BusyError says which job holds the slot. Its user message names it; it
-// matches ErrBusy, and also the flag error of the running exclusive job
-// (ErrInstalling, ErrRestoring, ErrTransferring), so older checks still hold.
+// ErrSuspendedFiles refuses a user's change to the files of a suspended server.
+var ErrSuspendedFiles = usererr.New(usererr.Conflict, "This server is suspended: its files cannot be changed.")
+
+// BusyError says which job holds the slot. Its user message (409) names it;
+// it matches ErrBusy.
 type BusyError struct {
 	Running Job
 }
@@ -85,82 +130,172 @@ type BusyError struct {
 func (e *BusyError) Error() string { return e.Running.busyText() }
 
 // Unwrap gives the user-visible error (409) naming the running job.
-func (e *BusyError) Unwrap() []error {
-	errs := []error{usererr.Wrap(ErrBusy, usererr.Conflict, e.Running.busyText())}
-	switch e.Running {
-	case JobInstall, JobReinstall:
-		errs = append(errs, ErrInstalling)
-	case JobRestore:
-		errs = append(errs, ErrRestoring)
-	case JobTransferOut, JobTransferIn:
-		errs = append(errs, ErrTransferring)
-	}
-	return errs
+func (e *BusyError) Unwrap() error {
+	return usererr.Wrap(ErrBusy, usererr.Conflict, e.Running.busyText())
 }
 
-// jobSlot is one server's job slot: one word, changed only by
-// compare-and-swap. The low byte is the exclusive job (JobNone when free);
-// the rest counts the shared jobs running.
+// jobSlot is one server's job slot.
 type jobSlot struct {
-	word atomic.Uint64
+	mu        sync.Mutex
+	exclusive Job           // JobNone when no exclusive job runs
+	pending   Job           // an exclusive job waiting for the shared ones to end
+	shared    [numJobs]int  // the shared jobs running, by kind
+	ended     chan struct{} // closed and replaced when a shared job ends
 }
 
-const sharedOne = 1 << 8
+// sharedLocked returns a shared job that runs (the first by kind),
+// JobNone when none does.
+func (s *jobSlot) sharedLocked() Job {
+	for j, n := range s.shared {
+		if n > 0 {
+			return Job(j)
+		}
+	}
+	return JobNone
+}
 
-func (s *jobSlot) exclusive() Job { return Job(s.word.Load() & 0xff) }
+func (s *jobSlot) running() Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exclusive
+}
 
-func (s *jobSlot) sharedCount() uint64 { return s.word.Load() >> 8 }
+// idle reports whether no job holds the slot.
+func (s *jobSlot) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exclusive == JobNone && s.sharedLocked() == JobNone
+}
 
-// negate returns -x in two's complement, to subtract with atomic Add.
-func negate(x uint64) uint64 { return ^x + 1 }
+// waitShared waits until no shared job runs, or ctx ends.
+func (s *jobSlot) waitShared(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.sharedLocked() == JobNone {
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.endedLocked()
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *jobSlot) endedLocked() chan struct{} {
+	if s.ended == nil {
+		s.ended = make(chan struct{})
+	}
+	return s.ended
+}
 
 // begin claims the slot for j; the returned end releases it exactly once.
-// An exclusive job is refused while any job runs; a shared job while an
-// exclusive one runs.
-func (s *jobSlot) begin(j Job) (end func(), err error) {
-	if j == JobNone {
+// A shared job is refused while an exclusive one runs or waits. An
+// exclusive job is refused while another exclusive one runs or waits; while
+// shared jobs run it waits for them up to drain (new shared jobs are refused
+// meanwhile, naming it), and is refused naming one of them if they are
+// still running then. The drain lets an exclusive job pass between the
+// short holds of an SFTP upload, while a long user job refuses it.
+func (s *jobSlot) begin(j Job, drain time.Duration) (end func(), err error) {
+	if j == JobNone || j >= numJobs {
 		return nil, fmt.Errorf("begin: no job given")
 	}
-	for {
-		old := s.word.Load()
-		running := Job(old & 0xff)
-		if running != JobNone {
-			return nil, &BusyError{Running: running}
+	s.mu.Lock()
+	if s.exclusive != JobNone || s.pending != JobNone {
+		running := s.exclusive
+		if running == JobNone {
+			running = s.pending
 		}
-		var next uint64
-		if j.Exclusive() {
-			if old>>8 != 0 {
-				return nil, &BusyError{Running: JobBackup}
-			}
-			next = uint64(j)
-		} else {
-			next = old + sharedOne
-		}
-		if s.word.CompareAndSwap(old, next) {
-			break
-		}
+		s.mu.Unlock()
+		return nil, &BusyError{Running: running}
 	}
-	var ended atomic.Bool
-	return func() {
-		if !ended.CompareAndSwap(false, true) {
-			return
-		}
-		if j.Exclusive() {
-			s.word.Add(negate(uint64(j)))
-			return
-		}
-		s.word.Add(negate(sharedOne))
-	}, nil
+	if !j.Exclusive() {
+		s.shared[j]++
+		s.mu.Unlock()
+		return s.ender(j), nil
+	}
+	if s.sharedLocked() != JobNone && drain > 0 {
+		s.pending = j
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), drain)
+		_ = s.waitShared(ctx)
+		cancel()
+		s.mu.Lock()
+		s.pending = JobNone
+	}
+	if running := s.sharedLocked(); running != JobNone {
+		s.mu.Unlock()
+		return nil, &BusyError{Running: running}
+	}
+	s.exclusive = j
+	s.mu.Unlock()
+	return s.ender(j), nil
 }
 
-// BeginJob claims the server's job slot for j. A second exclusive job, an
-// exclusive job while a shared one runs, or a shared job while an exclusive
-// one runs is refused with a *BusyError (409, naming the running job). The
-// caller must call end when the job is over, whatever its outcome.
-func (s *Server) BeginJob(j Job) (end func(), err error) {
-	return s.jobs.begin(j)
+func (s *jobSlot) ender(j Job) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if j.Exclusive() {
+				s.exclusive = JobNone
+				return
+			}
+			s.shared[j]--
+			if s.ended != nil {
+				close(s.ended)
+				s.ended = nil
+			}
+		})
+	}
+}
+
+// defaultDrainWait is how long an exclusive job waits for the shared jobs
+// running when it is asked for (Deps.JobDrainWait).
+const defaultDrainWait = 2 * time.Second
+
+// BeginJob claims the server's job slot for j and returns the job's context
+// and end, which the caller must call when the job is over, whatever its
+// outcome (calling it again does nothing). The context ends with ctx, at
+// end, and when the server ends (it is deleted, or the daemon stops
+// managing it: the cause is ErrServerGone).
+//
+// A refusal is a *BusyError (409) naming the running job: a second
+// exclusive job, a shared job while an exclusive one runs, an exclusive job
+// while a shared one still runs after a short wait (Deps.JobDrainWait). A
+// user's job (j.User) is also refused while the server is suspended
+// (ErrSuspendedFiles), and every job once the server is deleted.
+func (s *Server) BeginJob(ctx context.Context, j Job) (jctx context.Context, end func(), err error) {
+	s.mu.RLock()
+	deleted, suspended := s.deleted, s.def.Config.Suspended
+	s.mu.RUnlock()
+	if deleted {
+		return nil, nil, ErrDeleted
+	}
+	if suspended && j.User() {
+		return nil, nil, ErrSuspendedFiles
+	}
+	drain := s.deps.JobDrainWait
+	if drain == 0 {
+		drain = defaultDrainWait
+	}
+	release, err := s.jobs.begin(j, drain)
+	if err != nil {
+		return nil, nil, err
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.ctx, func() { cancel(ErrServerGone) })
+	return jctx, func() {
+		stop()
+		cancel(context.Canceled)
+		release()
+	}, nil
 }
 
 // RunningJob returns the exclusive job that holds the slot, JobNone when
 // none does.
-func (s *Server) RunningJob() Job { return s.jobs.exclusive() }
+func (s *Server) RunningJob() Job { return s.jobs.running() }

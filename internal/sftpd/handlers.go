@@ -1,6 +1,7 @@
 package sftpd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -62,10 +63,10 @@ func (s *session) Close(_ int, reason string) {
 }
 
 // can reports whether the user holds p. Nothing is allowed while the
-// server is suspended (its sessions are being closed); a restore also
-// reads as suspended, but only writes wait for it (allowWrite).
+// server is suspended (its sessions are being closed); a job (a restore)
+// forbids only writes (allowWrite).
 func (s *session) can(p string) bool {
-	if s.srv.IsSuspended() && !s.srv.IsRestoring() {
+	if s.srv.IsSuspended() {
 		return false
 	}
 	return s.perms[permAll] || s.perms[p]
@@ -79,15 +80,21 @@ func (s *session) allowRead(p string) error {
 }
 
 // allowWrite is the gate of every change: read_only, the permission, and
-// the server's rule for user writes (suspended, exclusive job).
-func (s *session) allowWrite(p string) error {
+// the server's job slot, held until end is called (an SFTP job: refused
+// while suspended or while an exclusive job runs, naming it). ctx is the
+// job's context: it ends with parent and when the server is deleted.
+func (s *session) allowWrite(parent context.Context, p string) (ctx context.Context, end func(), err error) {
 	if s.readOnly {
-		return errReadOnly
+		return nil, nil, errReadOnly
 	}
 	if !s.can(p) {
-		return errDenied
+		return nil, nil, errDenied
 	}
-	return toStatus(s.srv.CheckFileWrites())
+	ctx, end, err = s.srv.BeginJob(parent, server.JobSFTP)
+	if err != nil {
+		return nil, nil, toStatus(err)
+	}
+	return ctx, end, nil
 }
 
 // record queues a server:sftp.<event> activity.
@@ -169,9 +176,13 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	if exists {
 		perm, event = permUpdate, "write"
 	}
-	if err := h.sess.allowWrite(perm); err != nil {
+	// The slot is held while the file is opened (it may be created or
+	// truncated), then by each write (writer.WriteAt).
+	_, end, err := h.sess.allowWrite(r.Context(), perm)
+	if err != nil {
 		return nil, err
 	}
+	defer end()
 	release, err := h.sess.takeHandle()
 	if err != nil {
 		return nil, err
@@ -231,8 +242,9 @@ func (r *reader) Close() error {
 // writer is an upload handle. Every write goes through the sandbox File,
 // which counts it against the disk limit before writing (Quota Exceeded
 // past it); writes are serialised because that accounting is per handle.
-// Each write checks again that the server still accepts user writes: an
-// upload does not continue into a restore.
+// Each write holds the server's job slot while it runs (a client may keep
+// a handle open for days): an upload does not continue into a restore, and
+// a restore never runs under a write.
 type writer struct {
 	mu      sync.Mutex
 	f       *sandbox.File
@@ -242,9 +254,11 @@ type writer struct {
 }
 
 func (w *writer) WriteAt(p []byte, off int64) (int, error) {
-	if err := w.srv.CheckFileWrites(); err != nil {
+	_, end, err := w.srv.BeginJob(context.Background(), server.JobSFTP)
+	if err != nil {
 		return 0, toStatus(err)
 	}
+	defer end()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n, err := w.f.WriteAt(p, off)
@@ -292,9 +306,11 @@ func (h *handlers) Filecmd(r *sftp.Request) (err error) {
 // directory, never of a symbolic link's target (GHSA-rhq6-9rgh-v45c), and
 // never the owner (every file belongs to the system user).
 func (h *handlers) setstat(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permUpdate); err != nil {
+	ctx, end, err := h.sess.allowWrite(r.Context(), permUpdate)
+	if err != nil {
 		return err
 	}
+	defer end()
 	fsys := h.files()
 	fi, err := fsys.Lstat(r.Filepath)
 	if err != nil {
@@ -326,7 +342,7 @@ func (h *handlers) setstat(r *sftp.Request) error {
 		}
 	}
 	if flags.Permissions {
-		if err := fsys.ChmodContext(r.Context(), r.Filepath, permissionBits(attrs.Mode, fi.IsDir())); err != nil {
+		if err := fsys.ChmodContext(ctx, r.Filepath, permissionBits(attrs.Mode, fi.IsDir())); err != nil {
 			return toStatus(err)
 		}
 	}
@@ -354,10 +370,12 @@ func permissionBits(mode uint32, dir bool) fs.FileMode {
 }
 
 func (h *handlers) rename(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permUpdate); err != nil {
+	ctx, end, err := h.sess.allowWrite(r.Context(), permUpdate)
+	if err != nil {
 		return err
 	}
-	if err := h.files().RenameContext(r.Context(), r.Filepath, r.Target); err != nil {
+	defer end()
+	if err := h.files().RenameContext(ctx, r.Filepath, r.Target); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("rename", map[string]string{"from": r.Filepath, "to": r.Target})
@@ -367,9 +385,11 @@ func (h *handlers) rename(r *sftp.Request) error {
 // rmdir removes a directory and everything in it (as Wings does). A
 // directory that holds a denylisted file is refused whole (by RemoveAll).
 func (h *handlers) rmdir(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permDelete); err != nil {
+	ctx, end, err := h.sess.allowWrite(r.Context(), permDelete)
+	if err != nil {
 		return err
 	}
+	defer end()
 	if path.Clean("/"+r.Filepath) == "/" {
 		return errDenied
 	}
@@ -381,7 +401,7 @@ func (h *handlers) rmdir(r *sftp.Request) error {
 	if !fi.IsDir() {
 		return errNotDir
 	}
-	if err := fsys.RemoveAll(r.Context(), r.Filepath); err != nil {
+	if err := fsys.RemoveAll(ctx, r.Filepath); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("delete", r.Filepath)
@@ -390,9 +410,11 @@ func (h *handlers) rmdir(r *sftp.Request) error {
 
 // mkdir creates a directory and its missing parents.
 func (h *handlers) mkdir(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permCreate); err != nil {
+	_, end, err := h.sess.allowWrite(r.Context(), permCreate)
+	if err != nil {
 		return err
 	}
+	defer end()
 	fsys := h.files()
 	if _, err := fsys.Lstat(r.Filepath); err == nil {
 		return errExists
@@ -408,9 +430,11 @@ func (h *handlers) mkdir(r *sftp.Request) error {
 // relative to the link's directory (so that it means the same inside the
 // container). pkg/sftp gives the target in Filepath and the link in Target.
 func (h *handlers) symlink(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permCreate); err != nil {
+	_, end, err := h.sess.allowWrite(r.Context(), permCreate)
+	if err != nil {
 		return err
 	}
+	defer end()
 	link := path.Clean("/" + r.Target)
 	if link == "/" {
 		return errExists
@@ -485,9 +509,11 @@ func relativeTo(dir, target string) (string, error) {
 // remove deletes a file or a symbolic link (never a directory, never what
 // a link points to).
 func (h *handlers) remove(r *sftp.Request) error {
-	if err := h.sess.allowWrite(permDelete); err != nil {
+	_, end, err := h.sess.allowWrite(r.Context(), permDelete)
+	if err != nil {
 		return err
 	}
+	defer end()
 	fsys := h.files()
 	fi, err := fsys.Lstat(r.Filepath)
 	if err != nil {

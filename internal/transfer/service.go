@@ -127,7 +127,8 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 // another job is refused with a *server.BusyError (409). backups are the
 // UUIDs of the backups the panel selected to go along (Pelican).
 func (svc *Service) Send(s *server.Server, url, token string, backups []string) (*Transfer, error) {
-	end, err := s.BeginJob(server.JobTransferOut)
+	// The transfer's own context (t.ctx) bounds it: the job's is not used.
+	_, end, err := s.BeginJob(context.Background(), server.JobTransferOut)
 	if err != nil {
 		return nil, err
 	}
@@ -396,7 +397,7 @@ func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server
 		return nil, nil, err
 	}
 	// A new server: its slot is free.
-	if end, err = s.BeginJob(server.JobTransferIn); err != nil {
+	if _, end, err = s.BeginJob(context.Background(), server.JobTransferIn); err != nil {
 		return s, nil, err
 	}
 	t.setPublisher(svc.publisher(s, "incoming"))

@@ -30,7 +30,6 @@ type Server interface {
 	Events() *events.Bus
 	State() server.State
 	IsSuspended() bool
-	IsRestoring() bool
 	IsInstalling() bool
 	IsTransferring() bool
 	Utilization() server.Utilization

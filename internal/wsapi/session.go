@@ -188,7 +188,7 @@ func (s *session) run() {
 	s.conn.SetReadLimit(s.hub.opts.ReadLimit)
 	remove := s.srv.AddSession(s)
 	defer remove()
-	if s.srv.IsSuspended() && !s.srv.IsRestoring() {
+	if s.srv.IsSuspended() {
 		s.Close(server.CloseSuspended, "server is suspended")
 		<-s.closed
 		return

@@ -36,7 +36,6 @@ func (f *fakeServer) UUID() string         { return testServer }
 func (f *fakeServer) Events() *events.Bus  { return f.bus }
 func (f *fakeServer) State() server.State  { return server.Running }
 func (f *fakeServer) IsSuspended() bool    { return false }
-func (f *fakeServer) IsRestoring() bool    { return false }
 func (f *fakeServer) IsInstalling() bool   { return false }
 func (f *fakeServer) IsTransferring() bool { return false }
 func (f *fakeServer) Utilization() server.Utilization {
