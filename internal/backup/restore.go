@@ -91,7 +91,7 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser, end func()) {
 	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
 	start := time.Now()
-	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server is suspended until it is done."))
+	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server cannot start and its files cannot be changed until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
 	metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
 	end()
