@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,9 +36,22 @@ func encodeLive(tb testing.TB, src, mode string) []byte {
 	var buf bytes.Buffer
 	sent := make(chan error, 1)
 	go func() { _, err := cw.WriteTo(&buf); sent <- err }()
+	err = sendLive(tb, src, cw)
+	if serr := <-sent; err == nil {
+		err = serr
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// sendLive writes the passes and the manifest of the tree at src to cw,
+// and closes it.
+func sendLive(tb testing.TB, src string, cw *chunkWriter) error {
 	ls := &liveSender{ctx: context.Background(), src: tree.Open(tb, src), index: map[string]*liveEntry{}, h: newContentHash()}
 	ls.rw, ls.cw = &recWriter{w: cw}, cw
-	err = func() error {
+	err := func() error {
 		if err := ls.sendAll(1); err != nil {
 			return err
 		}
@@ -51,13 +67,7 @@ func encodeLive(tb testing.TB, src, mode string) []byte {
 	if cerr := cw.Close(); err == nil {
 		err = cerr
 	}
-	if serr := <-sent; err == nil {
-		err = serr
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return buf.Bytes()
+	return err
 }
 
 // arena is a server root with a sibling directory that no stream may reach.
@@ -79,7 +89,12 @@ func newArena(tb testing.TB) arena {
 // arena's root.
 func (ar arena) apply(tb testing.TB, stream []byte) error {
 	tb.Helper()
-	cr, err := newChunkReader(bytes.NewReader(stream))
+	return ar.applyFrom(tb, bytes.NewReader(stream))
+}
+
+func (ar arena) applyFrom(tb testing.TB, body io.Reader) error {
+	tb.Helper()
+	cr, err := newChunkReader(body)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -210,7 +225,7 @@ func validTree(tb testing.TB) string {
 	src := tb.TempDir()
 	must(tb, os.MkdirAll(filepath.Join(src, "world", "region"), 0o750))
 	must(tb, os.WriteFile(filepath.Join(src, "server.properties"), []byte("motd=hi\n"), 0o644))
-	must(tb, os.WriteFile(filepath.Join(src, "world", "region", "r.0.0.mca"), bytes.Repeat([]byte("chunk"), 3000), 0o600))
+	must(tb, os.WriteFile(filepath.Join(src, "world", "region", "r.0.0.mca"), bytes.Repeat([]byte("chunk"), 60), 0o600))
 	must(tb, os.WriteFile(filepath.Join(src, "empty"), nil, 0o644))
 	must(tb, os.Symlink("world/region", filepath.Join(src, "link")))
 	must(tb, os.Symlink("../outside/canary", filepath.Join(src, "away")))
@@ -350,6 +365,37 @@ func zstdChunk(raw []byte, rawLen uint64) []byte {
 	defer enc.Close()
 	z := enc.EncodeAll(raw, nil)
 	return cat(header(codecZstd, rawLen, uint64(len(z))), z)
+}
+
+// Over HTTP, as the source sends it (chunked, the body's end after the end
+// record), the stream ends where the end record says: the target's check
+// that nothing follows sees the body's end.
+func TestLiveWireOverHTTPEndsAtTheEndRecord(t *testing.T) {
+	src := validTree(t)
+	ar := newArena(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := ar.applyFrom(t, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	cw, err := newChunkWriter("auto", nil)
+	must(t, err)
+	sent := make(chan error, 1)
+	go func() { sent <- sendLive(t, src, cw) }()
+	res, err := http.Post(srv.URL, LiveContentType, cw.body())
+	must(t, err)
+	msg, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	must(t, <-sent)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s", res.Status, msg)
+	}
+	want, _ := tree.Snapshot(src)
+	got, _ := tree.Snapshot(ar.root)
+	if d := tree.Diff(want, got); d != "" {
+		t.Fatal(d)
+	}
 }
 
 // A valid stream followed by more records: nothing follows the end record
