@@ -285,6 +285,7 @@ func TestLiveWireHostileStreamsFail(t *testing.T) {
 		{"zstd garbage", cat(header(codecZstd, 32, 16), bytes.Repeat([]byte{0x28}, 16)), errBadStream},
 		{"zstd bomb", zstdChunk(bytes.Repeat([]byte{0}, maxChunk+1), 16), errBadStream},
 		{"zstd shorter than claimed", zstdChunk([]byte(liveMagic+"P\x01\x01"), 64), errBadStream},
+		{"record varint that never ends", newWire().rec(recPass, bytes.Repeat([]byte{0xff}, 11)).stream(), errBadStream},
 		{"unknown record", newWire().pass(1, phaseOnline).rec('?').stream(), errBadStream},
 		{"unknown phase", newWire().pass(1, 3).stream(), errBadStream},
 		{"name of 2^62 bytes", newWire().pass(1, phaseOnline).rec(recDelete, uint64(1<<62)).stream(), errBadStream},
