@@ -436,3 +436,33 @@ func FuzzLiveWireApply(f *testing.F) {
 		ar.checkOutside(t)
 	})
 }
+
+// FuzzLiveWireChunks fuzzes the chunk layer alone (no file system, so many
+// more inputs a second): framing, both codecs and the magic. Reading never
+// panics, allocates within the limits, and yields only what the chunks
+// claim.
+func FuzzLiveWireChunks(f *testing.F) {
+	src := validTree(f)
+	f.Add(encodeLive(f, src, "none"))
+	f.Add(encodeLive(f, src, "zstd"))
+	f.Add(zstdChunk([]byte(liveMagic+"P\x01\x01"), 16))
+	f.Add(cat(header(codecNone, maxChunk, maxChunk), []byte(liveMagic)))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		var n int64
+		if a := allocated(func() {
+			cr, err := newChunkReader(bytes.NewReader(stream))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cr.Close()
+			n, _ = io.Copy(io.Discard, cr)
+		}); a > maxApplyAlloc {
+			t.Errorf("a %d-byte stream made the reader allocate %d MiB", len(stream), a>>20)
+		}
+		// Every chunk holds at most maxChunk bytes and costs at least
+		// three bytes of frame.
+		if n > int64(len(stream)/3+1)*maxChunk {
+			t.Errorf("a %d-byte stream yielded %d bytes", len(stream), n)
+		}
+	})
+}
