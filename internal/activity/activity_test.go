@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/wharf/wharf/internal/panel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func record(i int) panel.Activity {
@@ -138,19 +139,11 @@ func TestActivityTornTailAndRun(t *testing.T) {
 		defer close(done)
 		q.Run(ctx, c.send, func() time.Duration { return 10 * time.Millisecond }, func() int { return 2 })
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.For(t, 5*time.Second, func() bool {
 		c.mu.Lock()
-		got := len(c.seen)
-		c.mu.Unlock()
-		if got == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %d records, want 3", got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return len(c.seen) == 3
+	}, "3 records delivered")
 	cancel()
 	<-done
 	if c.batches != 2 {

@@ -87,6 +87,7 @@ func wanLink(b *testing.B, target string) string {
 	u, _ := url.Parse(target)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The modelled round trip: the delay is the point.
 		time.Sleep(wanRTT)
 		r.Host = u.Host // the signature covers the store's host
 		if r.Body != nil {
@@ -110,7 +111,7 @@ func (p *paced) Read(b []byte) (int, error) {
 		b = b[:64<<10]
 	}
 	due := p.start.Add(time.Duration(float64(p.n) / wanConnRate * float64(time.Second)))
-	time.Sleep(time.Until(due))
+	time.Sleep(time.Until(due)) // the modelled link rate: pacing is the point
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	return n, err

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func TestEncodeWireShape(t *testing.T) {
@@ -96,10 +98,7 @@ func TestQueueFullFor(t *testing.T) {
 	b.Attach(q)
 	b.Publish(New("a"))
 	b.Publish(New("b"))
-	time.Sleep(20 * time.Millisecond)
-	if q.FullFor() < 20*time.Millisecond {
-		t.Fatalf("full for %s", q.FullFor())
-	}
+	wait.For(t, 5*time.Second, func() bool { return q.FullFor() >= 20*time.Millisecond }, "the queue to count 20ms full")
 	q.Take(nil)
 	if q.FullFor() != 0 {
 		t.Fatal("full after the owner took everything")

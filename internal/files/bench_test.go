@@ -17,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"go.uber.org/goleak"
 )
 
 // The benchmark tree: tree.GameServer of about WHARF_BENCH_TREE_MB MiB
@@ -32,11 +33,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], WorkerCommand) {
 		os.Exit(testWorker(os.Args[1:])) // the test binary as the isolated child
 	}
-	code := m.Run()
-	if benchDir != "" {
-		_ = os.RemoveAll(benchDir)
-	}
-	os.Exit(code)
+	// The run fails when a test leaves a goroutine behind.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if benchDir != "" {
+			_ = os.RemoveAll(benchDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 func benchTree(b *testing.B) (string, int64) {

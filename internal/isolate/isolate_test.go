@@ -51,7 +51,7 @@ func child(mode string) int {
 			_ = n * n
 		}
 	case "sleep":
-		time.Sleep(time.Hour)
+		time.Sleep(time.Hour) // a child that stays busy until the test kills it
 	case "exit3":
 		fmt.Fprintln(os.Stderr, "bad")
 		return 3

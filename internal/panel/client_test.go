@@ -64,7 +64,7 @@ func TestPaginationFetchesEveryPageWithBoundedConcurrency(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a slow panel, so that concurrent requests overlap
 		page, _ := strconv.Atoi(r.URL.Query().Get("page"))
 		pp, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
 		mu.Lock()

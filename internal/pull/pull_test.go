@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -44,11 +45,7 @@ func TestCloseCancelsAndCleansUp(t *testing.T) {
 	}
 	done := make(chan struct{})
 	svc.Start(context.Background(), d, func() { close(done) })
-	for deadline := time.Now().Add(5 * time.Second); d.Progress() != 0.5; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no progress")
-		}
-	}
+	wait.For(t, 5*time.Second, func() bool { return d.Progress() == 0.5 }, "half the file pulled")
 	svc.Close()
 	<-done
 	entries, _ := os.ReadDir(root)

@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func cpuTime() time.Duration {
@@ -135,7 +136,9 @@ func BenchmarkMemory200Loaded20Running(b *testing.B) {
 	for _, s := range all[:20] {
 		waitState(b, s, Running)
 	}
-	time.Sleep(3 * time.Second) // let the stats streams settle
+	for _, s := range all[:20] { // the stats streams deliver before measuring
+		wait.For(b, 30*time.Second, func() bool { return s.Details().Utilization.MemoryBytes > 0 }, "stats of %s", s.UUID())
+	}
 	b.ResetTimer()
 	var after goruntime.MemStats
 	for range b.N {

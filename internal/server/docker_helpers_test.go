@@ -21,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // dockerEnv is a Manager with real dependencies: the Docker engine, a
@@ -146,16 +147,9 @@ func waitState(t testing.TB, s *Server, want State) {
 // waitConsole waits until a console line contains substr.
 func waitConsole(t testing.TB, s *Server, substr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, l := range s.ConsoleLines(100) {
-			if strings.Contains(l, substr) {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !wait.Until(30*time.Second, func() bool { return consoleHas(s, substr) }) {
+		t.Fatalf("console never showed %q:\n%s", substr, strings.Join(s.ConsoleLines(100), "\n"))
 	}
-	t.Fatalf("console never showed %q:\n%s", substr, strings.Join(s.ConsoleLines(100), "\n"))
 }
 
 // nextEvent returns the next event with one of the names, skipping others.

@@ -15,6 +15,7 @@ import (
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime/runtimetest"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // fakeEnv is a Manager over the in-memory engine (runtimetest) and a
@@ -97,26 +98,18 @@ func (e *fakeEnv) stopping(s *Server) {
 // waitLockHeld waits until an action holds the power lock.
 func (e *fakeEnv) waitLockHeld(s *Server) {
 	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	wait.For(e.t, 10*time.Second, func() bool {
 		s.power.mu.Lock()
-		held := s.power.held
-		s.power.mu.Unlock()
-		if held {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatal("no action took the power lock")
-		}
-	}
+		defer s.power.mu.Unlock()
+		return s.power.held
+	}, "an action to take the power lock")
 }
 
 // waitCalls waits until the engine was asked call n times.
 func (e *fakeEnv) waitCalls(call string, n int) {
 	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); e.rt.Count(call) < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%q asked %d times, want %d: %v", call, e.rt.Count(call), n, e.rt.Calls())
-		}
+	if !wait.Until(10*time.Second, func() bool { return e.rt.Count(call) >= n }) {
+		e.t.Fatalf("%q asked %d times, want %d: %v", call, e.rt.Count(call), n, e.rt.Calls())
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/runtime/runtimetest"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The lock alone: one holder; wait 0 refuses a busy lock, a wait runs out,
@@ -288,9 +289,5 @@ func TestReinstallStopsThroughThePowerLock(t *testing.T) {
 	if !consoleHas(s, "Stopping") {
 		t.Fatalf("the process was not stopped with its stop command: %v", s.ConsoleLines(100))
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.IsInstalling(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("still installing")
-		}
-	}
+	wait.For(t, 10*time.Second, func() bool { return !s.IsInstalling() }, "the install to end")
 }

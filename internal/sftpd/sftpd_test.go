@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -151,10 +152,10 @@ func TestRunRetriesBindAndStopsCleanly(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
 
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "the SFTP server cannot start") }, "bind error logged")
+	wait.For(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "the SFTP server cannot start") }, "bind error logged")
 	blocker.Close()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	waitFor(t, func() bool { return strings.Contains(logs.String(), "SFTP listening") }, "listening after the retry")
+	wait.For(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "SFTP listening") }, "listening after the retry")
 
 	// A login refused by the panel, and a client that connects and stays
 	// silent (it must not hold the shutdown).
@@ -182,16 +183,5 @@ func TestRunRetriesBindAndStopsCleanly(t *testing.T) {
 	}
 	if _, err := os.Stat(HostKeyPath(data)); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -36,7 +36,7 @@ func childUse(path string) {
 		err = s.Use("killed-id", time.Now().Add(time.Hour))
 	}
 	fmt.Printf("used %v\n", err)
-	time.Sleep(time.Hour)
+	time.Sleep(time.Hour) // the parent kills this process; nothing to wait on
 }
 
 var (

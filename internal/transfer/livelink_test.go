@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // probeVerdicts streams to conn as fast as it can for about two seconds
@@ -35,7 +37,7 @@ func probeVerdicts(t *testing.T, conn *net.TCPConn) (link, total int) {
 	}()
 	p.limitedByLink() // the first sample
 	for range 8 {
-		time.Sleep(linkProbeEvery + 20*time.Millisecond)
+		time.Sleep(linkProbeEvery + 20*time.Millisecond) // one probe interval per sample: the probe is time-based
 		if p.limitedByLink() {
 			link++
 		}
@@ -65,7 +67,7 @@ func TestLinkProbeSaysReceiverWhenTheReaderIsSlow(t *testing.T) {
 			if err != nil {
 				return
 			}
-			time.Sleep(time.Duration(n) * 10 * time.Nanosecond) // about 100 MB/s
+			time.Sleep(time.Duration(n) * 10 * time.Nanosecond) // a slow reader, about 100 MB/s: the delay is the point
 		}
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
@@ -115,15 +117,10 @@ func TestLinkProbeSaysLinkWhenTheNetworkIsSlow(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = recv.Process.Kill(); _ = recv.Wait() })
 	var c net.Conn
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-	}
+	wait.ForNoError(t, 10*time.Second, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+		return err
+	}, "the receiver in the namespace to listen")
 	link, total := probeVerdicts(t, c.(*net.TCPConn))
 	if link < total*3/4 {
 		t.Fatalf("a 400 Mbit/s link to a fast reader was taken for the link in only %d of %d intervals", link, total)

@@ -124,7 +124,7 @@ func (a *applier) run() error {
 			return streamErr(err)
 		}
 		if kind == recEnd {
-			return nil
+			return streamErr(a.r.r.atEnd())
 		}
 	}
 }

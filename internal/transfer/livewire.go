@@ -2,6 +2,7 @@ package transfer
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -453,11 +454,11 @@ func (c *chunkReader) next() error {
 	}
 	rawLen, err := binary.ReadUvarint(c.r)
 	if err != nil {
-		return unexpectedEOF(err)
+		return varintErr(err)
 	}
 	plen, err := binary.ReadUvarint(c.r)
 	if err != nil {
-		return unexpectedEOF(err)
+		return varintErr(err)
 	}
 	if rawLen == 0 || rawLen > maxChunk || plen > maxChunk {
 		return errBadStream
@@ -502,6 +503,37 @@ func grow(b []byte, n int) []byte {
 	return b[:n]
 }
 
+// atEnd refuses a stream that goes on after its end record: nothing
+// follows it (docs/live-transfers.md).
+func (c *chunkReader) atEnd() error {
+	if len(c.cur) > 0 {
+		return errBadStream
+	}
+	if _, err := c.r.Peek(1); !errors.Is(err, io.EOF) {
+		if err == nil {
+			return errBadStream
+		}
+		return err
+	}
+	return nil
+}
+
+// errVarintOverflow is encoding/binary's (unexported) error for a varint
+// longer than 64 bits.
+var errVarintOverflow = func() error {
+	_, err := binary.ReadUvarint(bytes.NewReader(bytes.Repeat([]byte{0x80}, binary.MaxVarintLen64+1)))
+	return err
+}()
+
+// varintErr is unexpectedEOF for a varint's read: one that overflows is
+// not a valid stream.
+func varintErr(err error) error {
+	if errors.Is(err, errVarintOverflow) {
+		return errBadStream
+	}
+	return unexpectedEOF(err)
+}
+
 // unexpectedEOF: the stream says where it ends (the end record), so an
 // end of input anywhere else is a truncation.
 func unexpectedEOF(err error) error {
@@ -540,12 +572,12 @@ func (r recReader) byte() (byte, error) {
 
 func (r recReader) uvarint() (uint64, error) {
 	v, err := binary.ReadUvarint(r.r)
-	return v, unexpectedEOF(err)
+	return v, varintErr(err)
 }
 
 func (r recReader) varint() (int64, error) {
 	v, err := binary.ReadVarint(r.r)
-	return v, unexpectedEOF(err)
+	return v, varintErr(err)
 }
 
 func (r recReader) str() (string, error) {

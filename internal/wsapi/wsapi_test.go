@@ -16,6 +16,7 @@ import (
 
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/server"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -165,7 +166,7 @@ func TestWebsocketNoGoroutineLeft(t *testing.T) {
 		readUntil(t, conns[1], events.Stats)
 		// One unauthenticated socket, closed by the hub with the rest.
 		dial(t, url)
-		waitUntil(t, func() bool { return h.Count(testServer) == 5 })
+		wait.For(t, 10*time.Second, func() bool { return h.Count(testServer) == 5 }, "5 sessions registered")
 		h.Close()
 		for _, c := range conns[1:] {
 			// Frames queued before the close (status, stats) may still come first.
@@ -183,17 +184,6 @@ func TestWebsocketNoGoroutineLeft(t *testing.T) {
 	}()
 }
 
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestWebsocketSlowClientDropped: a client that stops reading is closed
 // while another keeps receiving, and the publisher never blocks.
 func TestWebsocketSlowClientDropped(t *testing.T) {
@@ -205,7 +195,7 @@ func TestWebsocketSlowClientDropped(t *testing.T) {
 		send(t, idle, "auth", token(t, "*"))
 		send(t, reader, "auth", token(t, "*"))
 		readUntil(t, reader, EventAuthSuccess)
-		waitUntil(t, func() bool { return srv.bus.Subscribers() == 2 })
+		wait.For(t, 10*time.Second, func() bool { return srv.bus.Subscribers() == 2 }, "both clients subscribed")
 		got := make(chan int, 1)
 		go func() {
 			n := 0
@@ -220,16 +210,14 @@ func TestWebsocketSlowClientDropped(t *testing.T) {
 		}()
 		line := strings.Repeat("x", 60000)
 		start := time.Now()
-		for srv.bus.Subscribers() == 2 {
-			if time.Since(start) > 30*time.Second {
-				t.Fatal("the idle client was not dropped")
-			}
+		// Every poll publishes one more line until the idle client is dropped.
+		wait.For(t, 30*time.Second, func() bool {
 			srv.bus.Publish(events.New(events.ConsoleOutput, line))
-			time.Sleep(time.Millisecond)
-		}
+			return srv.bus.Subscribers() != 2
+		}, "the idle client to be dropped")
 		t.Logf("idle client dropped after %s", time.Since(start))
 		// The subscription ends first; the session unregisters right after.
-		waitUntil(t, func() bool { return h.Count(testServer) == 1 })
+		wait.For(t, 10*time.Second, func() bool { return h.Count(testServer) == 1 }, "the idle session unregistered")
 		srv.bus.Publish(events.New(events.ConsoleOutput, "after"))
 		h.Close()
 		if n := <-got; n < 10 {

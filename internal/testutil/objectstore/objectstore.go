@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // Store is a running versitygw with one bucket.
@@ -79,17 +81,11 @@ func Start(t testing.TB) *Store {
 		UsePathStyle: true,
 	})
 	s.presign = s3.NewPresignClient(s.Client)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.ForNoError(t, 20*time.Second, func() error {
 		_, err := s.Client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(s.Bucket)})
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw did not come up: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	}, "versitygw to come up")
+	return s
 }
 
 func randHex(n int) string {
