@@ -238,7 +238,7 @@ func (n *node) startMetrics(ctx context.Context) error {
 // api builds the HTTP API over the started subsystems.
 func (n *node) api(ctx context.Context) *httpapi.API {
 	return httpapi.New(httpapi.Deps{
-		Config: n.store, Panel: n.client, Servers: n.servers, Backups: n.backups, Log: n.log,
+		Config: n.store, Servers: n.servers, Backups: n.backups, Log: n.log,
 		Tokens: n.verifier, OneTime: n.oneTime, Transfers: n.transfers,
 		Version: n.opts.Version, BootTime: n.opts.BootTime,
 		Denylist: n.denylist, Websockets: n.hub, Activity: n.acts, Pulls: n.pulls,
