@@ -155,149 +155,201 @@ func NewIgnore(patterns string) gitignore.Matcher {
 // egg's denylist too. Nothing is written to w after an error, but what was
 // written before stays: callers writing to a file remove it.
 func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions) (Result, error) {
-	out := &hashCounter{w: w}
-	if opts.Hash != nil {
-		out.h = opts.Hash()
+	wr, err := newWriter(w, src, opts)
+	if err != nil {
+		return Result{}, err
 	}
-	var gz io.WriteCloser
+	defer wr.closeSpools()
+	walkErr := src.WalkContext(ctx, wr.dir, func(full string, d fs.DirEntry, err error) error {
+		return wr.visit(ctx, full, d, err)
+	})
+	return wr.finish(walkErr)
+}
+
+// writer is one Write: set up by newWriter, fed by visit for each entry of
+// the walk, ended by finish.
+type writer struct {
+	src  *sandbox.FS
+	opts WriteOptions
+	dir  string // the archived directory of src, "." for the root
+
+	out  *hashCounter   // the archive bytes, counted (and hashed)
+	gz   io.WriteCloser // the compressor writing to out
+	sink stopOnFail     // the compressor, until out failed
+	tw   *tar.Writer    // the tar stream of the files
+	meta *tar.Writer    // where directories, links and the integrity entry go
+
+	trailer *spool // the tree trailer (TreeTrailer), nil otherwise
+	man     *spool // the integrity entry's lines (Manifest), nil otherwise
+	ign     gitignore.Matcher
+
+	res      Result
+	buf      []byte
+	fileHash hash.Hash
+}
+
+// newWriter sets up the compressor, the tar streams and the spools.
+func newWriter(w io.Writer, src *sandbox.FS, opts WriteOptions) (*writer, error) {
+	wr := &writer{src: src, opts: opts, out: &hashCounter{w: w}}
+	if opts.Hash != nil {
+		wr.out.h = opts.Hash()
+	}
 	if opts.Compress != nil {
-		c, err := opts.Compress(out)
+		c, err := opts.Compress(wr.out)
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
-		gz = c
+		wr.gz = c
 	} else {
-		pg, err := pgzip.NewWriterLevel(out, opts.Level)
+		pg, err := pgzip.NewWriterLevel(wr.out, opts.Level)
 		if err != nil {
-			return Result{}, err
+			return nil, err
 		}
 		if err := pg.SetConcurrency(gzipBlock, 2*runtime.GOMAXPROCS(0)); err != nil {
-			return Result{}, err
+			return nil, err
 		}
-		gz = pg
+		wr.gz = pg
 	}
-	dir := strings.Trim(opts.Dir, "/")
-	if dir == "" {
-		dir = "."
+	wr.dir = strings.Trim(opts.Dir, "/")
+	if wr.dir == "" {
+		wr.dir = "."
 	}
-	sink := stopOnFail{gz, out}
-	tw := tar.NewWriter(sink)
-	meta := tw // where directories, links and the integrity entry go
-	var trailer *spool
+	wr.sink = stopOnFail{wr.gz, wr.out}
+	wr.tw = tar.NewWriter(wr.sink)
+	wr.meta = wr.tw
 	if opts.TreeTrailer {
-		trailer = &spool{dir: opts.TempDir}
-		defer trailer.Close()
-		meta = tar.NewWriter(trailer)
+		wr.trailer = &spool{dir: opts.TempDir}
+		wr.meta = tar.NewWriter(wr.trailer)
 	}
-	ign := NewIgnore(opts.Ignore)
-	var man *spool
+	wr.ign = NewIgnore(opts.Ignore)
 	if opts.Manifest {
-		man = &spool{dir: opts.TempDir}
-		defer man.Close()
+		wr.man = &spool{dir: opts.TempDir}
 	}
-	var res Result
-	buf := make([]byte, 256<<10)
-	fileHash := sha1.New()
+	wr.buf = make([]byte, 256<<10)
+	wr.fileHash = sha1.New()
+	return wr, nil
+}
 
-	walkErr := src.WalkContext(ctx, dir, func(full string, d fs.DirEntry, err error) error {
-		rel := full
-		if dir != "." {
-			rel = strings.TrimPrefix(strings.TrimPrefix(full, dir), "/")
-			if rel == "" {
-				rel = "."
-			}
+// closeSpools removes the spools' temporary files.
+func (wr *writer) closeSpools() {
+	if wr.trailer != nil {
+		wr.trailer.Close()
+	}
+	if wr.man != nil {
+		wr.man.Close()
+	}
+}
+
+// visit is the walk function: it leaves out what must not be archived and
+// writes the rest.
+func (wr *writer) visit(ctx context.Context, full string, d fs.DirEntry, err error) error {
+	rel := full
+	if wr.dir != "." {
+		rel = strings.TrimPrefix(strings.TrimPrefix(full, wr.dir), "/")
+		if rel == "" {
+			rel = "."
 		}
-		if err != nil {
-			if rel == "." || !sandbox.Vanished(err) {
-				return err // a part of the tree could not be read
-			}
-			return nil // removed or swapped during the walk: no longer there
+	}
+	if err != nil {
+		if rel == "." || !sandbox.Vanished(err) {
+			return err // a part of the tree could not be read
 		}
-		if rel == "." {
-			if !d.IsDir() {
-				return &fs.PathError{Op: "archive", Path: "/" + dir, Err: sandbox.ErrNotDir}
-			}
-			return nil
+		return nil // removed or swapped during the walk: no longer there
+	}
+	if rel == "." {
+		if !d.IsDir() {
+			return &fs.PathError{Op: "archive", Path: "/" + wr.dir, Err: sandbox.ErrNotDir}
 		}
-		if opts.Skip != nil && opts.Skip(rel, d) {
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if opts.Manifest && rel == ManifestName {
-			return nil
-		}
-		isDir := d.IsDir()
-		if ign != nil && ign.Match(strings.Split(rel, "/"), isDir) {
-			if isDir {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if d.Type().IsRegular() {
-			// Mode and times come from the opened file (fstat): no lstat of the name.
-			if err := writeFile(ctx, tw, src, full, rel, d, buf, fileHash, man, &res); err != nil {
-				return err
-			}
-			report(opts.Progress, &res, out)
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		hdr := header(rel, fi)
-		switch {
-		case isDir:
-			hdr.Typeflag = tar.TypeDir
-			hdr.Name += "/"
-			res.Dirs++
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := src.ReadlinkEntry(full, d)
-			if err != nil {
-				return vanishedIsNil(err)
-			}
-			hdr.Typeflag = tar.TypeSymlink
-			hdr.Linkname = target
-			res.Symlinks++
-		default:
-			return nil // socket, device, FIFO
-		}
-		if err := meta.WriteHeader(hdr); err != nil {
-			return err
-		}
-		report(opts.Progress, &res, out)
 		return nil
-	})
-	if walkErr == nil && opts.Manifest {
-		walkErr = writeManifest(meta, man)
+	}
+	if wr.opts.Skip != nil && wr.opts.Skip(rel, d) {
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if wr.opts.Manifest && rel == ManifestName {
+		return nil
+	}
+	if wr.ign != nil && wr.ign.Match(strings.Split(rel, "/"), d.IsDir()) {
+		if d.IsDir() {
+			return fs.SkipDir
+		}
+		return nil
+	}
+	if d.Type().IsRegular() {
+		// Mode and times come from the opened file (fstat): no lstat of the name.
+		if err := writeFile(ctx, wr.tw, wr.src, full, rel, d, wr.buf, wr.fileHash, wr.man, &wr.res); err != nil {
+			return err
+		}
+		report(wr.opts.Progress, &wr.res, wr.out)
+		return nil
+	}
+	return wr.writeMeta(full, rel, d)
+}
+
+// writeMeta writes a directory or a symbolic link; other kinds (socket,
+// device, FIFO) are left out.
+func (wr *writer) writeMeta(full, rel string, d fs.DirEntry) error {
+	fi, err := d.Info()
+	if err != nil {
+		return err
+	}
+	hdr := header(rel, fi)
+	switch {
+	case d.IsDir():
+		hdr.Typeflag = tar.TypeDir
+		hdr.Name += "/"
+		wr.res.Dirs++
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := wr.src.ReadlinkEntry(full, d)
+		if err != nil {
+			return vanishedIsNil(err)
+		}
+		hdr.Typeflag = tar.TypeSymlink
+		hdr.Linkname = target
+		wr.res.Symlinks++
+	default:
+		return nil // socket, device, FIFO
+	}
+	if err := wr.meta.WriteHeader(hdr); err != nil {
+		return err
+	}
+	report(wr.opts.Progress, &wr.res, wr.out)
+	return nil
+}
+
+// finish ends the archive after the walk: the integrity entry, the tar
+// end, the trailer, the compressor. walkErr is the walk's error.
+func (wr *writer) finish(walkErr error) (Result, error) {
+	if walkErr == nil && wr.opts.Manifest {
+		walkErr = writeManifest(wr.meta, wr.man)
 	}
 	if walkErr == nil {
-		walkErr = tw.Close()
+		walkErr = wr.tw.Close()
 	}
-	if walkErr == nil && trailer != nil {
-		walkErr = appendTrailer(sink, meta, trailer)
+	if walkErr == nil && wr.trailer != nil {
+		walkErr = appendTrailer(wr.sink, wr.meta, wr.trailer)
 	}
 	if walkErr != nil {
-		out.fail(walkErr) // the compressor's last blocks go nowhere
+		wr.out.fail(walkErr) // the compressor's last blocks go nowhere
 	}
 	// Close always, even after an error: it ends the compressor's goroutines.
-	if cerr := gz.Close(); walkErr == nil {
+	if cerr := wr.gz.Close(); walkErr == nil {
 		walkErr = cerr
 	}
 	if walkErr == nil {
-		walkErr = out.failed()
+		walkErr = wr.out.failed()
 	}
 	if walkErr != nil {
 		return Result{}, walkErr
 	}
-	res.Size = out.n.Load()
-	if out.h != nil {
-		res.Sum = hex.EncodeToString(out.h.Sum(nil))
+	wr.res.Size = wr.out.n.Load()
+	if wr.out.h != nil {
+		wr.res.Sum = hex.EncodeToString(wr.out.h.Sum(nil))
 	}
-	report(opts.Progress, &res, out)
-	return res, nil
+	report(wr.opts.Progress, &wr.res, wr.out)
+	return wr.res, nil
 }
 
 // appendTrailer ends the spooled second tar stream and copies it after the

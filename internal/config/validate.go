@@ -21,11 +21,37 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
 }
 
+// badFunc reports one problem: the key that is wrong and why.
+type badFunc func(key, reason string)
+
 // Validate checks the configuration and returns every problem found, joined.
+// Each section has its validator, called in the order its problems are
+// reported; a new section adds its own (func(c *Config, bad badFunc), in
+// its own file when it is large) to this list.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, reason string) { errs = append(errs, &ValidationError{Key: key, Reason: reason}) }
+	for _, validate := range []func(c *Config, bad badFunc){
+		validateNode,
+		validateAPI,
+		validateAllowedOrigins,
+		validateSystem,
+		validateMetrics,
+		validateSFTP,
+		validateDecompress,
+		validateBackups,
+		validateTransfers,
+		validateRemoteQuery,
+		validateThrottles,
+		validateDocker,
+	} {
+		validate(c, bad)
+	}
+	return errors.Join(errs...)
+}
 
+// validateNode checks what identifies the node and its backend.
+func validateNode(c *Config, bad badFunc) {
 	required := []struct{ key, val string }{
 		{"uuid", c.UUID}, {"token_id", c.TokenID}, {"token", c.Token}, {"remote", c.Remote},
 	}
@@ -39,6 +65,9 @@ func (c *Config) Validate() error {
 			bad("remote", err.Error())
 		}
 	}
+}
+
+func validateAPI(c *Config, bad badFunc) {
 	if c.API.Port < 1 || c.API.Port > 65535 {
 		bad("api.port", fmt.Sprintf("must be between 1 and 65535, got %d", c.API.Port))
 	}
@@ -66,6 +95,9 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+}
+
+func validateAllowedOrigins(c *Config, bad badFunc) {
 	for i, o := range c.AllowedOrigins {
 		if o == "*" {
 			continue
@@ -74,6 +106,11 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("allowed_origins[%d]", i), err.Error())
 		}
 	}
+}
+
+// validateSystem checks the system section's own keys; its subsections
+// (sftp, decompress, backups, transfers) have their validators.
+func validateSystem(c *Config, bad badFunc) {
 	dirs := []struct{ key, val string }{
 		{"system.root_directory", c.System.RootDirectory},
 		{"system.log_directory", c.System.LogDirectory},
@@ -93,14 +130,6 @@ func (c *Config) Validate() error {
 	if f := c.System.LogFormat; f != "" && f != "text" && f != "json" {
 		bad("system.log_format", "must be text or json")
 	}
-	if addr := c.Metrics.BindAddress; addr != "" {
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			bad("metrics.bind_address", "must be host:port, such as 127.0.0.1:9101")
-		}
-		if len(c.Metrics.Token) < 16 {
-			bad("metrics.token", "must be at least 16 characters when metrics.bind_address is set (scrapers send it as a bearer token)")
-		}
-	}
 	if c.System.Timezone != "" {
 		if _, err := time.LoadLocation(c.System.Timezone); err != nil {
 			bad("system.timezone", "is not a known time zone")
@@ -112,16 +141,33 @@ func (c *Config) Validate() error {
 	if d := c.System.MachineID.Directory; d != "" && !filepath.IsAbs(d) {
 		bad("system.machine_id.directory", "must be an absolute path (or empty: <root_directory>/machine-id)")
 	}
-	if c.System.SFTP.BindPort < 1 || c.System.SFTP.BindPort > 65535 {
-		bad("system.sftp.bind_port", "must be between 1 and 65535")
-	}
-	validateSFTPLimits(c.System.SFTP, bad)
 	if c.System.WebsocketLogCount < 0 {
 		bad("system.websocket_log_count", "must not be negative")
 	}
 	if c.System.CrashDetection.Timeout < 0 {
 		bad("system.crash_detection.timeout", "must not be negative")
 	}
+}
+
+func validateMetrics(c *Config, bad badFunc) {
+	if addr := c.Metrics.BindAddress; addr != "" {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			bad("metrics.bind_address", "must be host:port, such as 127.0.0.1:9101")
+		}
+		if len(c.Metrics.Token) < 16 {
+			bad("metrics.token", "must be at least 16 characters when metrics.bind_address is set (scrapers send it as a bearer token)")
+		}
+	}
+}
+
+func validateSFTP(c *Config, bad badFunc) {
+	if c.System.SFTP.BindPort < 1 || c.System.SFTP.BindPort > 65535 {
+		bad("system.sftp.bind_port", "must be between 1 and 65535")
+	}
+	validateSFTPLimits(c.System.SFTP, bad)
+}
+
+func validateDecompress(c *Config, bad badFunc) {
 	if c.System.Decompress.MemoryLimit < 256 {
 		bad("system.decompress.memory_limit", "must be at least 256 (MiB)")
 	}
@@ -131,6 +177,9 @@ func (c *Config) Validate() error {
 	if c.System.Decompress.Timeout < 1 {
 		bad("system.decompress.timeout", "must be at least 1 (second)")
 	}
+}
+
+func validateBackups(c *Config, bad badFunc) {
 	if c.System.Backups.WriteLimit < 0 {
 		bad("system.backups.write_limit", "must not be negative")
 	}
@@ -144,11 +193,17 @@ func (c *Config) Validate() error {
 	default:
 		bad("system.backups.layout", "must be one of auto, flat, per_server")
 	}
+}
+
+func validateTransfers(c *Config, bad badFunc) {
 	switch c.System.Transfers.Compression {
 	case "", "auto", "zstd", "none":
 	default:
 		bad("system.transfers.compression", "must be one of auto, zstd, none")
 	}
+}
+
+func validateRemoteQuery(c *Config, bad badFunc) {
 	if c.RemoteQuery.Timeout < 1 {
 		bad("remote_query.timeout", "must be at least 1 (second)")
 	}
@@ -161,12 +216,18 @@ func (c *Config) Validate() error {
 			break
 		}
 	}
+}
+
+func validateThrottles(c *Config, bad badFunc) {
 	if c.Throttles.Lines < 1 {
 		bad("throttles.lines", "must be at least 1")
 	}
 	if c.Throttles.LineResetInterval < 1 {
 		bad("throttles.line_reset_interval", "must be at least 1 (ms)")
 	}
+}
+
+func validateDocker(c *Config, bad badFunc) {
 	if c.Docker.ContainerPidLimit < 0 {
 		bad("docker.container_pid_limit", "must not be negative")
 	}
@@ -176,7 +237,6 @@ func (c *Config) Validate() error {
 	if c.Docker.Network.Name == "" {
 		bad("docker.network.name", "is required")
 	}
-	return errors.Join(errs...)
 }
 
 func validateHTTPURL(s string) error {
@@ -209,7 +269,7 @@ func validHeaderName(s string) bool {
 
 // validateSFTPLimits checks the SFTP server's resource limits: each must
 // allow at least one of what it counts.
-func validateSFTPLimits(s SFTP, bad func(key, reason string)) {
+func validateSFTPLimits(s SFTP, bad badFunc) {
 	for _, l := range []struct {
 		key string
 		v   int

@@ -11,26 +11,16 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/wharf/wharf/internal/activity"
-	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
-	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/panel"
-	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
-	"github.com/wharf/wharf/internal/sftpd"
-	"github.com/wharf/wharf/internal/tokens"
-	"github.com/wharf/wharf/internal/transfer"
-	"github.com/wharf/wharf/internal/wsapi"
 )
 
 // Options configure one run of the daemon.
@@ -55,19 +45,36 @@ const shutdownGrace = 30 * time.Second
 // Run boots the daemon and serves until ctx is cancelled. Containers are
 // never stopped by a daemon shutdown.
 func Run(ctx context.Context, opts Options) error {
+	n := &node{opts: opts, level: new(slog.LevelVar)}
+	if err := n.boot(); err != nil {
+		return err
+	}
+
+	// The container runtime; closed after everything else (first in the
+	// subsystem list).
+	rt, err := docker.New(ctx, docker.Options{Logger: n.log})
+	if err != nil {
+		return fmt.Errorf("connecting to Docker: %w", err)
+	}
+	n.rt = rt
+
+	life := lifecycle{log: n.log}
+	defer life.stop()
+	if err := life.start(ctx, n.subsystems()); err != nil {
+		return err
+	}
+	return serve(ctx, n.log, n.store.Get(), n.api(ctx).Handler(), opts.Ready)
+}
+
+// boot loads the configuration, opens the log, prepares the host and
+// builds the backend client: everything before the runtime.
+func (n *node) boot() error {
+	opts := n.opts
 	cfg, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return err
 	}
-	level := new(slog.LevelVar)
-	setLevel := func(c *config.Config) {
-		if c.Debug || opts.Debug {
-			level.Set(slog.LevelDebug)
-		} else {
-			level.Set(slog.LevelInfo)
-		}
-	}
-	setLevel(cfg)
+	n.setLevel(cfg)
 	out := opts.LogOutput
 	if out == nil {
 		out = os.Stderr
@@ -76,138 +83,30 @@ func Run(ctx context.Context, opts Options) error {
 	if format == "" {
 		format = cfg.System.LogFormat
 	}
-	log := slog.New(newLogHandler(out, format, level))
-	log.Info("starting", "app", cfg.AppName, "version", opts.Version, "config", opts.ConfigPath)
+	n.log = slog.New(newLogHandler(out, format, n.level))
+	n.log.Info("starting", "app", cfg.AppName, "version", opts.Version, "config", opts.ConfigPath)
 	if data, err := os.ReadFile(opts.ConfigPath); err == nil {
 		if keys := config.UnknownKeys(data); len(keys) > 0 {
 			// Another agent's settings (Wings'): kept in the file, unused here.
-			log.Warn("ignoring configuration keys this version does not know", "keys", keys)
+			n.log.Warn("ignoring configuration keys this version does not know", "keys", keys)
 		}
 	}
 
-	store := config.NewStore(opts.ConfigPath, cfg)
-	if next, err := prepareHost(cfg, log); err != nil {
+	n.store = config.NewStore(opts.ConfigPath, cfg)
+	if next, err := prepareHost(cfg, n.log); err != nil {
 		return err
 	} else if next != nil {
-		if err := store.Update(func(c *config.Config) { *c = *next }); err != nil {
+		if err := n.store.Update(func(c *config.Config) { *c = *next }); err != nil {
 			return fmt.Errorf("saving boot-time configuration: %w", err)
 		}
 	}
 
-	client := panel.New(func() panel.Settings {
+	store := n.store
+	n.client = panel.New(func() panel.Settings {
 		c := store.Get()
 		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second, Headers: c.RemoteQuery.CustomHeaders}
 	}, opts.Version)
-
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
-	if err != nil {
-		return fmt.Errorf("connecting to Docker: %w", err)
-	}
-	if err := ensureNetwork(ctx, log, store, rt); err != nil {
-		return err
-	}
-
-	// Servers live as long as the daemon process; their goroutines are
-	// stopped (containers untouched) after the API has shut down.
-	nodeCtx, stopServers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServers()
-	quotas := openQuotas(log, store.Get())
-	if quotas != nil {
-		defer quotas.Close()
-	}
-	servers := server.NewManager(nodeCtx, &server.Deps{
-		Runtime: rt, Panel: client, Config: store, Log: log, Quotas: quotas,
-	})
-	defer servers.Close()
-	if err := loadServers(ctx, log, store, servers); err != nil {
-		return err
-	}
-	servers.Restore(ctx)
-
-	// Backups and restores are jobs of the node; they end before the servers.
-	backups := backup.New(nodeCtx, store, client, log)
-	defer backups.Close()
-	backups.CleanTemporaries()
-
-	transfers := transfer.New(nodeCtx, transfer.Options{
-		Servers: servers, Panel: client, Config: store, Backups: backups, Log: log,
-	})
-	defer transfers.Close()
-	transfers.CleanupStale(ctx)
-
-	// Remote downloads of the file manager; they end before the servers.
-	pullCfg := store.Get().API.RemoteDownload
-	pulls := pull.New(nodeCtx, pull.Options{MaxRedirects: pullCfg.MaxRedirects, AllowLoopback: pullCfg.AllowLoopback, Log: log})
-	defer pulls.Close()
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		if err := client.ResetServersState(ctx); err != nil && ctx.Err() == nil {
-			log.Warn("could not tell the backend that the node booted", "error", err)
-		}
-	})
-
-	oneTime, err := tokens.OpenOneTimeStore(filepath.Join(store.Get().System.RootDirectory, "used-token-ids"), time.Now)
-	if err != nil {
-		return fmt.Errorf("one-time token store: %w", err)
-	}
-	defer oneTime.Close()
-	verifier := tokens.NewVerifier(func() []byte { return []byte(store.Get().Token) }, time.Now)
-
-	acts, err := activity.Open(filepath.Join(store.Get().System.RootDirectory, "activity"), log)
-	if err != nil {
-		return fmt.Errorf("activity queue: %w", err)
-	}
-	defer acts.Close()
-	actsCtx, stopActs := context.WithCancel(ctx)
-	defer stopActs() // before acts.Close and wg.Wait, also when serve fails
-	wg.Go(func() {
-		acts.Run(actsCtx, client.SendActivity,
-			func() time.Duration { return time.Duration(store.Get().System.ActivitySendInterval) * time.Second },
-			func() int { return store.Get().System.ActivitySendCount })
-	})
-
-	// SFTP sessions are closed (and their goroutines waited for) before
-	// the activity queue and the servers go away.
-	sftpCtx, stopSFTP := context.WithCancel(ctx)
-	var sftpDone sync.WaitGroup
-	defer func() { stopSFTP(); sftpDone.Wait() }()
-	sftpSrv := sftpd.New(sftpd.Options{
-		Config:  func() config.SFTP { return store.Get().System.SFTP },
-		DataDir: store.Get().System.Data, Servers: servers, Panel: client, Activity: acts, Log: log,
-	})
-	sftpDone.Go(func() { sftpSrv.Run(sftpCtx) })
-
-	denylist := tokens.NewDenylist(opts.BootTime)
-	hub := wsapi.NewHub(wsapi.Options{
-		Verifier: verifier,
-		Denylist: denylist,
-		Activity: acts,
-		LogCount: func() int { return store.Get().System.WebsocketLogCount },
-		Log:      log,
-		// One full console throttle window fits in a socket's queue, so a
-		// flood that the throttle lets through (and its notice) reaches
-		// every client that keeps reading. Read live: /api/update applies.
-		QueueSize: func() int { return max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256) },
-	})
-	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
-	// them with 1012 before the servers stop.
-	defer hub.Close()
-	if addr := store.Get().Metrics.BindAddress; addr != "" {
-		startMetrics(ctx, &wg, addr, log, store, servers, acts, metricsSessions{websocket: hub.Sessions, sftp: sftpSrv.Sessions})
-	}
-
-	api := httpapi.New(httpapi.Deps{
-		Config: store, Panel: client, Servers: servers, Backups: backups, Log: log,
-		Tokens: verifier, OneTime: oneTime, Transfers: transfers,
-		Version: opts.Version, BootTime: opts.BootTime,
-		Denylist: denylist, Websockets: hub, Activity: acts, Pulls: pulls,
-		OnConfigApplied: func(_, next *config.Config) { setLevel(next) },
-		Runtime:         rt, ConfigPath: opts.ConfigPath, Commit: opts.Commit,
-		Stopping: ctx,
-	})
-	return serve(ctx, log, store.Get(), api.Handler(), opts.Ready)
+	return nil
 }
 
 // loadServers fetches the node's servers, retrying while the backend is

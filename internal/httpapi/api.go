@@ -14,7 +14,6 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
-	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -26,7 +25,6 @@ import (
 // Deps are the parts of the daemon the API drives.
 type Deps struct {
 	Config  *config.Store
-	Panel   *panel.Client
 	Servers *server.Manager
 	// Tokens verifies the JWTs of signed URLs, websockets and transfers.
 	Tokens *tokens.Verifier

@@ -7,13 +7,16 @@ import (
 	"github.com/wharf/wharf/internal/metrics"
 )
 
-// instrument records every request in the node's metrics, labelled by the
-// route pattern the mux matches (never the raw path: bounded cardinality).
+// instrument records each request that reaches the route table in the
+// node's metrics (CORS preflights, answered before it, are not counted),
+// labelled by the route pattern the mux matches ("unmatched" when
+// none; never the raw path: bounded cardinality). The status comes from
+// the writer the outer middleware wrapped.
 func (a *API) instrument(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := mux.Handler(r)
 		start := time.Now()
-		rw := &statusWriter{ResponseWriter: w}
+		rw := wrapStatus(w)
 		next.ServeHTTP(rw, r)
 		status := rw.status
 		if status == 0 {

@@ -308,33 +308,40 @@ func (s *Service) Cancel(server, id string) {
 	}
 }
 
-// fetch downloads into a temporary file next to the target and renames it
-// into place once complete; on any failure the temporary file is removed.
-func (s *Service) fetch(ctx context.Context, d *Download) (string, error) {
+// request sends the download's GET; an answer other than 200 is an error.
+// Errors never carry the URL's path or query.
+func (s *Service) request(ctx context.Context, d *Download) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url.String(), nil)
 	if err != nil {
-		return "", ErrBadURL
+		return nil, ErrBadURL
 	}
 	req.Header.Set("User-Agent", UserAgent)
 	res, err := s.client.Do(req)
 	if err != nil {
 		var de *DownloadError
 		if errors.As(err, &de) {
-			return "", de
+			return nil, de
 		}
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return nil, ctx.Err()
 		}
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err // keep the URL (and its query) out of the message
 		}
-		return "", &DownloadError{Reason: "the request to " + d.url.Host + " failed: " + err.Error()}
+		return nil, &DownloadError{Reason: "the request to " + d.url.Host + " failed: " + err.Error()}
 	}
-	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return "", &DownloadError{Reason: fmt.Sprintf("%s answered status %d", d.url.Host, res.StatusCode)}
+		res.Body.Close()
+		return nil, &DownloadError{Reason: fmt.Sprintf("%s answered status %d", d.url.Host, res.StatusCode)}
 	}
+	return res, nil
+}
+
+// fileName is the base name to save the download under: the one asked
+// for, else the Content-Disposition's when asked to use it, else the last
+// element of the final URL's path, else "download".
+func fileName(d *Download, res *http.Response) string {
 	base := d.req.FileName
 	if base == "" && d.req.UseHeader {
 		if _, params, err := mime.ParseMediaType(res.Header.Get("Content-Disposition")); err == nil {
@@ -347,6 +354,18 @@ func (s *Service) fetch(ctx context.Context, d *Download) (string, error) {
 	if base == "" || base == "/" || base == "." {
 		base = "download"
 	}
+	return base
+}
+
+// fetch downloads into a temporary file next to the target and renames it
+// into place once complete; on any failure the temporary file is removed.
+func (s *Service) fetch(ctx context.Context, d *Download) (string, error) {
+	res, err := s.request(ctx, d)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	base := fileName(d, res)
 	name := d.req.Root + "/" + base
 	if err := s.checkName(d.fs, d.req.Root, base); err != nil {
 		return "", err

@@ -612,10 +612,10 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 		err = context.Cause(t.ctx)
 	}
 	if err != nil {
-		rerr := svc.report(t.server, false)
-		svc.unmark(svc.outgoingDir(), t.server)
-		end()
-		svc.Outgoing.remove(t)
+		status, rerr := svc.endOutgoing(t, err, end, tl, log, "stopped", run.stopped.Load())
+		if status == Completed {
+			return false
+		}
 		// Once the whole stream is out, the target may have registered the
 		// server (and told the backend) before the connection broke:
 		// starting it here too would run it twice. The target did not
@@ -625,27 +625,13 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 		// after a failed classic transfer.
 		var serr *StatusError
 		certain := !run.sentAll.Load() || errors.As(err, &serr) || errors.Is(err, ErrCancelled) || rerr == nil
-		switch t.finish(err) {
-		case Cancelled:
-			tl.msg("Transfer cancelled.")
-			log.Info("transfer cancelled", "stopped", run.stopped.Load())
-		case Completed:
-			return false
-		default:
-			tl.msg("Transfer failed: " + err.Error())
-			log.Warn("transfer failed", "error", err, "stopped", run.stopped.Load())
-		}
 		if run.stopped.Load() && wasRunning && certain {
 			svc.restartAfterFailure(s, tl, log)
 		}
 		return false
 	}
 	offline := time.Duration(time.Now().UnixNano() - run.stoppedAt.Load())
-	svc.unmark(svc.outgoingDir(), t.server)
-	svc.Outgoing.remove(t)
-	t.finish(nil)
-	tl.msg("Finished streaming archive to destination.")
-	log.Info("transfer completed", "live", true, "offline", offline.Round(time.Millisecond).String(), "offline_ms", offline.Milliseconds())
+	svc.endOutgoing(t, nil, end, tl, log, "live", true, "offline", offline.Round(time.Millisecond).String(), "offline_ms", offline.Milliseconds())
 	return true
 }
 

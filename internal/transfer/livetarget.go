@@ -141,80 +141,51 @@ func (a *applier) record(kind byte) error {
 	if a.final && kind != recManifest && kind != recEnd && len(a.man) > 0 {
 		return errBadStream // only manifest records follow the first one
 	}
+	d := &recDecoder{r: a.r}
 	switch kind {
 	case recPass:
-		pass, err := a.r.uvarint()
-		if err != nil {
-			return err
+		pass, phase := d.uvarint(), d.byte()
+		if d.err != nil {
+			return d.err
 		}
-		phase, err := a.r.byte()
-		if err != nil {
-			return err
-		}
-		if phase != phaseOnline && phase != phaseFinal {
-			return errBadStream
-		}
-		if !a.started {
-			// The server is new on this node: whatever its directory holds
-			// (left by an earlier failed attempt) is not the source's.
-			a.held.close()
-			if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
-				return err
-			}
-			clear(a.dirs)
-			a.started = true
-		}
-		a.final = phase == phaseFinal
-		a.log(pass, phase)
-		return nil
+		return a.pass(pass, phase)
 	case recDir:
-		rel, mode, mtime, err := a.head()
-		if err != nil {
-			return err
+		rel, mode, mtime := d.head()
+		if d.err != nil {
+			return d.err
 		}
 		return a.dir(rel, mode, mtime)
 	case recFile:
-		rel, mode, mtime, err := a.head()
-		if err != nil {
-			return err
-		}
-		size, err := a.r.uvarint()
-		if err != nil {
-			return err
+		rel, mode, mtime := d.head()
+		size := d.uvarint()
+		if d.err != nil {
+			return d.err
 		}
 		if size > 1<<50 {
 			return errBadStream
 		}
 		return a.file(rel, mode, mtime, int64(size))
 	case recLink:
-		rel, err := a.name()
-		if err != nil {
-			return err
-		}
-		target, err := a.r.str()
-		if err != nil {
-			return err
-		}
-		mtime, err := a.r.varint()
-		if err != nil {
-			return err
+		rel, target, mtime := d.name(), d.str(), d.varint()
+		if d.err != nil {
+			return d.err
 		}
 		return a.link(rel, target, mtime)
 	case recDelete:
-		rel, err := a.name()
-		if err != nil {
-			return err
+		rel := d.name()
+		if d.err != nil {
+			return d.err
 		}
 		return a.remove(rel)
 	case recManifest:
 		if !a.final {
 			return errBadStream
 		}
-		return a.manifestEntry()
+		return a.manifestEntry(d)
 	case recEnd:
-		n, err := a.r.uvarint()
-		if err != nil {
-			return err
+		n := d.uvarint()
+		if d.err != nil {
+			return d.err
 		}
 		if !a.final || n != uint64(len(a.man)) {
 			return errBadStream
@@ -224,29 +195,24 @@ func (a *applier) record(kind byte) error {
 	return errBadStream
 }
 
-// name reads a path and refuses one leading out of the root.
-func (a *applier) name() (string, error) {
-	rel, err := a.r.str()
-	if err != nil {
-		return "", err
+// pass starts a pass: the first one empties the server's directory.
+func (a *applier) pass(pass uint64, phase byte) error {
+	if phase != phaseOnline && phase != phaseFinal {
+		return errBadStream
 	}
-	if strings.HasPrefix(rel, "/") || strings.IndexByte(rel, 0) >= 0 || path.Clean(rel) != rel || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", fmt.Errorf("%w: %q", errBadStream, rel)
+	if !a.started {
+		// The server is new on this node: whatever its directory holds
+		// (left by an earlier failed attempt) is not the source's.
+		a.held.close()
+		if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
+			return err
+		}
+		clear(a.dirs)
+		a.started = true
 	}
-	return rel, nil
-}
-
-func (a *applier) head() (rel string, mode fs.FileMode, mtime int64, err error) {
-	if rel, err = a.name(); err != nil {
-		return
-	}
-	m, err := a.r.uvarint()
-	if err != nil {
-		return
-	}
-	mode = fs.FileMode(m) & fs.ModePerm
-	mtime, err = a.r.varint()
-	return
+	a.final = phase == phaseFinal
+	a.log(pass, phase)
+	return nil
 }
 
 // parents makes rel's parent directories, replacing a file or link in the
@@ -440,32 +406,25 @@ func (a *applier) copy(w io.Writer, size int64) error {
 	return nil
 }
 
-func (a *applier) manifestEntry() error {
-	kind, err := a.r.byte()
-	if err != nil {
-		return err
-	}
-	rel, mode, mtime, err := a.head()
-	if err != nil {
-		return err
-	}
-	size, err := a.r.uvarint()
-	if err != nil {
-		return err
+func (a *applier) manifestEntry(d *recDecoder) error {
+	kind := d.byte()
+	rel, mode, mtime := d.head()
+	size := d.uvarint()
+	if d.err != nil {
+		return d.err
 	}
 	e := &manEntry{kind: kind, mode: mode, mtime: mtime, size: int64(size)}
 	switch kind {
 	case 'd':
 	case 'f':
-		if e.sum, err = a.r.sum(); err != nil {
-			return err
-		}
+		e.sum = d.sum()
 	case 'l':
-		if e.target, err = a.r.str(); err != nil {
-			return err
-		}
+		e.target = d.str()
 	default:
 		return errBadStream
+	}
+	if d.err != nil {
+		return d.err
 	}
 	if _, dup := a.man[rel]; dup {
 		return errBadStream

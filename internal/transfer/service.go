@@ -203,32 +203,42 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	if t.ctx.Err() != nil && err != nil {
 		err = context.Cause(t.ctx)
 	}
-	if err != nil {
-		// Clean up first: the backend learns of the failure, the flag is
-		// cleared and the transfer leaves the active list; then the status
-		// reaches cancelled or failed.
-		_ = svc.report(t.server, false)
+	svc.endOutgoing(t, err, end, tl, log)
+	return err == nil
+}
+
+// endOutgoing is the outcome of an outgoing transfer, classic or live.
+// After a failure (err != nil) it cleans up first: the backend learns of
+// the failure, the flag is cleared, the job slot is released (end) and the
+// transfer leaves the active list; then the status reaches cancelled or
+// failed and the console says so. After a success the flag is cleared and
+// the transfer completes; end is left to the caller. attrs go on the log
+// line. It returns the status reached and the failure report's error.
+func (svc *Service) endOutgoing(t *Transfer, err error, end func(), tl transferLog, log *slog.Logger, attrs ...any) (Status, error) {
+	if err == nil {
 		svc.unmark(svc.outgoingDir(), t.server)
-		end()
 		svc.Outgoing.remove(t)
-		switch t.finish(err) {
-		case Cancelled:
-			tl.msg("Transfer cancelled.")
-			log.Info("transfer cancelled")
-		case Completed:
-			// The target confirmed while the error was being handled.
-		default:
-			tl.msg("Transfer failed: " + err.Error())
-			log.Warn("transfer failed", "error", err)
-		}
-		return false
+		status := t.finish(nil)
+		tl.msg("Finished streaming archive to destination.")
+		log.Info("transfer completed", attrs...)
+		return status, nil
 	}
+	rerr := svc.report(t.server, false)
 	svc.unmark(svc.outgoingDir(), t.server)
+	end()
 	svc.Outgoing.remove(t)
-	t.finish(nil)
-	tl.msg("Finished streaming archive to destination.")
-	log.Info("transfer completed")
-	return true
+	status := t.finish(err)
+	switch status {
+	case Cancelled:
+		tl.msg("Transfer cancelled.")
+		log.Info("transfer cancelled", attrs...)
+	case Completed:
+		// The target confirmed while the error was being handled.
+	default:
+		tl.msg("Transfer failed: " + err.Error())
+		log.Warn("transfer failed", append([]any{"error", err}, attrs...)...)
+	}
+	return status, rerr
 }
 
 // stream pushes the archive, publishing progress every ProgressInterval.

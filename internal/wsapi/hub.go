@@ -5,8 +5,9 @@
 // (sockets per server, frame size, inbound rate, bounded send queues).
 //
 // The HTTP layer upgrades the connection (internal/httpapi) and hands it to
-// Hub.Serve, which returns when the socket is closed and every goroutine of
-// the session has ended.
+// Hub.Go, which serves the session on a goroutine of the hub so that the
+// HTTP handler returns at once; Hub.Close closes every socket and waits
+// until every goroutine of every session has ended.
 package wsapi
 
 import (

@@ -59,8 +59,8 @@ type message struct {
 // socket with CloseTokenExpired once the frames before it are written.
 var closeMarker = events.Frame{}
 
-// A session costs one goroutine while idle: the reader (the HTTP handler's
-// goroutine). Everything bound for the client, the server's events and the
+// A session costs one goroutine while idle: the reader (the hub's goroutine
+// started by Hub.Go, or the caller's in Hub.Serve). Everything bound for the client, the server's events and the
 // session's own answers, goes through one queue that holds memory only while
 // it has frames; a writer goroutine runs only while there is something to
 // write, and writes every queued frame with one system call. Timers (auth
