@@ -129,10 +129,15 @@ func (a *applier) run() error {
 	}
 }
 
-// streamErr marks a truncated stream as what it is: the source went away.
+// streamErr marks a truncated stream as what it is: the source went away;
+// and a record whose path leads out of the root (through a link the stream
+// itself made) as a bad stream (400), not a fault of this node.
 func streamErr(err error) error {
-	if errors.Is(err, io.ErrUnexpectedEOF) {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("%w: %w", ErrSourceGone, err)
+	case errors.Is(err, sandbox.ErrOutsideRoot):
+		return fmt.Errorf("%w: %w", errBadStream, err)
 	}
 	return err
 }
