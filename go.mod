@@ -29,6 +29,8 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/moby/profiles/seccomp v0.3.0
+	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 )
 

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/testimages"
 )
 
 const quotasOffLine = "system.quotas is enabled but kernel disk quotas are off"
@@ -17,6 +19,12 @@ const quotasOffLine = "system.quotas is enabled but kernel disk quotas are off"
 // the key. (The limit itself on a quota-capable filesystem is tested in
 // internal/quota and internal/server on a loop-mounted ext4 image.)
 func TestQuotasWithoutKernelSupportSayWhyAndChangeNothing(t *testing.T) {
+	// The containers are started below: none from an earlier run may be
+	// found running at boot.
+	for _, id := range []string{filesServer, siblingServer} {
+		removeContainersNow(t, id)
+		removeContainersAtCleanup(t, id)
+	}
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 1}
 	n := startNode(t, nodeOptions{
@@ -38,10 +46,39 @@ func TestQuotasWithoutKernelSupportSayWhyAndChangeNothing(t *testing.T) {
 		t.Errorf("a 2 MiB write into a 1 MiB server answered %d %s", res.StatusCode, body)
 	}
 	n.assertAnswersEveryFace(t, filesServer)
+	// The container runs under the seccomp profile that refuses the
+	// project-id ioctls (what it refuses: internal/runtime/docker's
+	// TestQuotaLockedContainerCannotChangeProjectID).
+	n.startRunning(s)
+	if !hasQuotaSeccomp(inspectContainer(t, s.UUID).HostConfig.SecurityOpt) {
+		t.Error("the server's container has no quota seccomp profile")
+	}
 
-	// Control: without the key, no such line.
-	quiet := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(siblingServer)}})
+	// Control: without the key, no such line, and the engine's own profile.
+	sibling := exampleServer(siblingServer)
+	quiet := startNode(t, nodeOptions{servers: []devpanel.Server{sibling}})
 	if strings.Contains(quiet.log.String(), quotasOffLine) {
 		t.Errorf("a node without system.quotas logs %q", quotasOffLine)
 	}
+	quiet.startRunning(sibling)
+	if opts := inspectContainer(t, sibling.UUID).HostConfig.SecurityOpt; hasQuotaSeccomp(opts) {
+		t.Errorf("without system.quotas the container has a seccomp profile of Wharf's: %.200q", opts)
+	}
+}
+
+func removeContainersNow(t *testing.T, id string) {
+	cli := testimages.Client(t)
+	for _, name := range []string{id, id + "_installer"} {
+		_ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
+	}
+}
+
+func hasQuotaSeccomp(securityOpt []string) bool {
+	for _, o := range securityOpt {
+		// 0x401c5820 (FS_IOC_FSSETXATTR) as the JSON profile writes it.
+		if strings.HasPrefix(o, "seccomp=") && strings.Contains(o, `"valueTwo":1075599392`) {
+			return true
+		}
+	}
+	return false
 }

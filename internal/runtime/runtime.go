@@ -113,6 +113,10 @@ type ContainerSpec struct {
 	// Hardened applies no-new-privileges, a read-only root filesystem and
 	// the dropped capability set. Installers are not hardened this way.
 	Hardened bool
+	// QuotaLocked runs the container under Docker's default seccomp profile
+	// with the ioctls that change a file's project quota refused
+	// (system.quotas: a process must not take its files out of the quota).
+	QuotaLocked bool
 }
 
 // Mount is a bind mount.

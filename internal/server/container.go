@@ -244,6 +244,8 @@ func ServerContainerSpec(c Configuration, node *config.Config, dataDir string) (
 		LogConfig:  runtime.LogConfig{Type: d.LogConfig.Type, Config: d.LogConfig.Config},
 		UsernsMode: d.UsernsMode,
 		Hardened:   true,
+		// Without the lock the game could move its files out of its quota.
+		QuotaLocked: node.System.Quotas.Enabled,
 	}
 	if node.System.User.Rootless.Enabled {
 		spec.User = fmt.Sprintf("%d:%d", node.System.User.Rootless.ContainerUID, node.System.User.Rootless.ContainerGID)

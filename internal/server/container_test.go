@@ -189,6 +189,14 @@ func TestServerContainerSpec(t *testing.T) {
 	if spec.Tmpfs["/tmp"] != "rw,exec,nosuid,size=100M" || spec.Network != node.Docker.Network.Mode {
 		t.Errorf("tmpfs %v network %q", spec.Tmpfs, spec.Network)
 	}
+	// The seccomp lock on project ids comes with system.quotas.
+	if spec.QuotaLocked {
+		t.Error("quota lock without system.quotas")
+	}
+	node.System.Quotas.Enabled = true
+	if spec, _ := ServerContainerSpec(c, node, "/data/u"); !spec.QuotaLocked {
+		t.Error("no quota lock with system.quotas")
+	}
 }
 
 func TestDockerSignal(t *testing.T) {

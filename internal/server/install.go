@@ -192,6 +192,8 @@ func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir stri
 		Network:    d.Network.Mode,
 		LogConfig:  runtime.LogConfig{Type: d.LogConfig.Type, Config: d.LogConfig.Config},
 		UsernsMode: d.UsernsMode,
+		// The install script writes into the same quota as the game.
+		QuotaLocked: cfg.System.Quotas.Enabled,
 	}
 }
 

@@ -130,6 +130,13 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
 	}
+	if spec.QuotaLocked {
+		profile, err := quotaSeccompProfile()
+		if err != nil {
+			return nil, nil, err
+		}
+		hostCfg.SecurityOpt = append(hostCfg.SecurityOpt, "seccomp="+profile)
+	}
 	return cfg, hostCfg, nil
 }
 
