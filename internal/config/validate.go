@@ -116,6 +116,7 @@ func (c *Config) Validate() error {
 		bad("system.sftp.bind_port", "must be between 1 and 65535")
 	}
 	validateSFTPLimits(c.System.SFTP, bad)
+	validateTesting(c.Testing, bad)
 	if c.System.WebsocketLogCount < 0 {
 		bad("system.websocket_log_count", "must not be negative")
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
-	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/sftpd"
 	"github.com/wharf/wharf/internal/tokens"
@@ -99,9 +98,9 @@ func Run(ctx context.Context, opts Options) error {
 		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second, Headers: c.RemoteQuery.CustomHeaders}
 	}, opts.Version)
 
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	rt, err := newRuntime(ctx, store.Get(), log)
 	if err != nil {
-		return fmt.Errorf("connecting to Docker: %w", err)
+		return err
 	}
 	if err := ensureNetwork(ctx, log, store, rt); err != nil {
 		return err
@@ -181,11 +180,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	denylist := tokens.NewDenylist(opts.BootTime)
 	hub := wsapi.NewHub(wsapi.Options{
-		Verifier: verifier,
-		Denylist: denylist,
-		Activity: acts,
-		LogCount: func() int { return store.Get().System.WebsocketLogCount },
-		Log:      log,
+		Verifier:     verifier,
+		Denylist:     denylist,
+		Activity:     acts,
+		LogCount:     func() int { return store.Get().System.WebsocketLogCount },
+		Log:          log,
+		WriteTimeout: websocketWriteTimeout(store.Get()),
 		// One full console throttle window fits in a socket's queue, so a
 		// flood that the throttle lets through (and its notice) reaches
 		// every client that keeps reading. Read live: /api/update applies.

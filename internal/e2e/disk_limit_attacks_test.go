@@ -300,7 +300,7 @@ func TestDiskLimitDecompressManyEmptyFiles(t *testing.T) {
 func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 1}
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.DiskCheckInterval = 1 },
 	})

@@ -183,7 +183,7 @@ func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
 	}
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 100}
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.Username = "nobody" },
 	})

@@ -26,7 +26,7 @@ func pullNode(t *testing.T, diskMB int, allowLoopback, disabled bool) *node {
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": diskMB}
 	s.Settings["egg"] = map[string]any{"id": "1", "file_denylist": []string{"*.secret"}}
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{s, exampleServer(siblingServer)}, mutate: func(c *config.Config) {
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s, exampleServer(siblingServer)}, mutate: func(c *config.Config) {
 		c.API.RemoteDownload.AllowLoopback = allowLoopback
 		c.API.DisableRemoteDownload = disabled
 	}})

@@ -19,7 +19,7 @@ const quotasOffLine = "system.quotas is enabled but kernel disk quotas are off"
 func TestQuotasWithoutKernelSupportSayWhyAndChangeNothing(t *testing.T) {
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 1}
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.Quotas.Enabled = true },
 	})
@@ -40,7 +40,7 @@ func TestQuotasWithoutKernelSupportSayWhyAndChangeNothing(t *testing.T) {
 	n.assertAnswersEveryFace(t, filesServer)
 
 	// Control: without the key, no such line.
-	quiet := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(siblingServer)}})
+	quiet := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(siblingServer)}})
 	if strings.Contains(quiet.log.String(), quotasOffLine) {
 		t.Errorf("a node without system.quotas logs %q", quotasOffLine)
 	}

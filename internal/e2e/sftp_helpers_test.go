@@ -41,7 +41,7 @@ func sftpServerDef(uuid string, diskMB int, denylist []string) devpanel.Server {
 // loopback port, as every test node's does).
 func startSFTPNode(t testing.TB, mutate func(c *config.Config), servers ...devpanel.Server) *node {
 	t.Helper()
-	return startNode(t, nodeOptions{servers: servers, mutate: mutate})
+	return startNode(t, nodeOptions{fake: true, servers: servers, mutate: mutate})
 }
 
 func sftpLogin(user, server string) string { return user + "." + server[:8] }
