@@ -17,8 +17,8 @@ import (
 	"testing"
 
 	"github.com/wharf/wharf/internal/config"
-	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/testimages"
 )
 
 // Two daemons sharing one fake panel, as two nodes of one deployment. Each
