@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The session gauges are read from their owners at scrape time: with two
@@ -44,10 +45,8 @@ func TestMetricsSessionGaugesAreLive(t *testing.T) {
 	want := func(what, sftpWant, wsWant string) {
 		t.Helper()
 		var s, w string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if s, w = scrape(); s == sftpWant && w == wsWant {
-				return
-			}
+		if wait.Until(10*time.Second, func() bool { s, w = scrape(); return s == sftpWant && w == wsWant }) {
+			return
 		}
 		t.Fatalf("%s: wharf_sftp_sessions %s, wharf_websocket_sessions %s; want %s and %s", what, s, w, sftpWant, wsWant)
 	}

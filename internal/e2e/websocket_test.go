@@ -12,6 +12,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -239,14 +240,14 @@ func TestWebsocketLimits(t *testing.T) {
 		t.Fatalf("1 MB frame: closed with %d, want 1009", code)
 	}
 	// Its slot is free again.
-	waitFor(t, 5*time.Second, func() bool {
+	wait.For(t, 5*time.Second, func() bool {
 		w, _, err := n.dialWS(t, wsServerA, "")
 		if err == nil {
 			socks[0] = w
 			w.startReading()
 		}
 		return err == nil
-	})
+	}, "the closed socket's slot to be free again")
 
 	// Inbound flood: 40 messages at once.
 	w := socks[1]
@@ -266,17 +267,6 @@ func TestWebsocketLimits(t *testing.T) {
 	}
 	w.send("send stats")
 	w.expect("stats", 5*time.Second, nil)
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestWebsocketTokenExpiry: `token expiring` comes a minute before exp (at
@@ -331,7 +321,7 @@ func TestWebsocketPanelConsoleDaemonRestart(t *testing.T) {
 	p := n.openPanelConsole(t, wsServerA, mint(), mint)
 	p.waitAuthed(5 * time.Second)
 	n.stop()
-	waitFor(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed })
+	wait.For(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed }, "the session to drop its authentication")
 	n.restart()
 	start := time.Now()
 	// The stored token was issued before the boot: the daemon's answer must
@@ -492,10 +482,10 @@ func TestWebsocketConsole(t *testing.T) {
 	}
 
 	// Activity: the power actions and the commands reached the backend.
-	waitFor(t, 10*time.Second, func() bool {
+	wait.For(t, 10*time.Second, func() bool {
 		got := activityEvents(n)
 		return got["server:power.start"] && got["server:power.stop"] && got["server:console.command:echo hello-from-ws"]
-	})
+	}, "the power actions and the command in the backend's activity")
 	if got := activityEvents(n); got["server:power.restart"] {
 		t.Fatal("a refused action was recorded as activity")
 	}
