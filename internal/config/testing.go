@@ -11,6 +11,10 @@ type Testing struct {
 	// WebsocketWriteTimeoutMS, when > 0, replaces the 10 s a websocket
 	// frame write may take before a non-reading client is dropped.
 	WebsocketWriteTimeoutMS int `yaml:"websocket_write_timeout_ms,omitempty" json:"websocket_write_timeout_ms,omitempty"`
+	// ActivityMergeWindowS, when > 0, replaces the minute within which
+	// SFTP activity records merge, so that a test need not wait for a
+	// minute to turn before it records.
+	ActivityMergeWindowS int `yaml:"activity_merge_window_s,omitempty" json:"activity_merge_window_s,omitempty"`
 }
 
 // TestRuntimeFake is the Testing.Runtime value of the in-memory runtime.
@@ -25,5 +29,8 @@ func validateTesting(t Testing, bad func(key, reason string)) {
 	}
 	if t.WebsocketWriteTimeoutMS < 0 {
 		bad("testing.websocket_write_timeout_ms", "must not be negative")
+	}
+	if t.ActivityMergeWindowS < 0 {
+		bad("testing.activity_merge_window_s", "must not be negative")
 	}
 }

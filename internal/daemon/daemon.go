@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer oneTime.Close()
 	verifier := tokens.NewVerifier(func() []byte { return []byte(store.Get().Token) }, time.Now)
 
-	acts, err := activity.Open(filepath.Join(store.Get().System.RootDirectory, "activity"), log)
+	acts, err := activity.Open(filepath.Join(store.Get().System.RootDirectory, "activity"), log, activity.WithMergeWindow(activityMergeWindow(store.Get())))
 	if err != nil {
 		return fmt.Errorf("activity queue: %w", err)
 	}

@@ -37,3 +37,9 @@ const testBuildTag = "wharf_testruntime"
 func websocketWriteTimeout(cfg *config.Config) time.Duration {
 	return time.Duration(cfg.Testing.WebsocketWriteTimeoutMS) * time.Millisecond
 }
+
+// activityMergeWindow is testing.activity_merge_window_s, or zero (the
+// queue's default, a minute) when unset.
+func activityMergeWindow(cfg *config.Config) time.Duration {
+	return time.Duration(cfg.Testing.ActivityMergeWindowS) * time.Second
+}

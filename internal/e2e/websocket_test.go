@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -364,7 +365,14 @@ func TestWebsocketPanelConsoleSuspended(t *testing.T) {
 func TestWebsocketConsole(t *testing.T) {
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
-	n := startWSNode(t, func(c *config.Config) { c.System.ActivitySendInterval = 1 })
+	const metricsTok = "e2e-scrape-token-0123456789"
+	metricsPort := freePort(t)
+	n := startWSNode(t, func(c *config.Config) {
+		c.System.ActivitySendInterval = 1
+		c.Metrics = config.Metrics{BindAddress: fmt.Sprintf("127.0.0.1:%d", metricsPort), Token: metricsTok}
+		// A blocked write is given 2 s instead of 10 s.
+		c.Testing.WebsocketWriteTimeoutMS = 2000
+	})
 	// The daemon leaves containers running when it stops: delete the
 	// server (and its container) whatever the outcome.
 	t.Cleanup(func() { n.request("DELETE", "/api/servers/"+wsServerA, nil, "") })
@@ -441,10 +449,12 @@ func TestWebsocketConsole(t *testing.T) {
 	if st := n.details(wsServerA)["state"]; st != "running" {
 		t.Fatalf("the flood changed the state to %v", st)
 	}
-	// The daemon gives a blocked write 10 s. Reading after that drains
-	// what the kernel buffered, then ends: the socket was closed without
-	// our help. (Reading earlier would let the session catch up.)
-	time.Sleep(12 * time.Second)
+	// The daemon gives a blocked write 2 s here (testing knob; 10 s in
+	// production), then drops the session. Reading after that drains what
+	// the kernel buffered, then ends: the socket was closed without our
+	// help. (Reading earlier would let the session catch up.)
+	wait.For(t, 40*time.Second, func() bool { return scrapeGauge(metricsPort, metricsTok, "wharf_websocket_sessions") == "2" },
+		"the daemon to drop the non-reading client (2 sessions left)\n%s", n.log)
 	idleErr := make(chan error, 1)
 	go func() {
 		for {
