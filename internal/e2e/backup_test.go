@@ -103,7 +103,7 @@ func (n *node) backup(id, adapter, ignore string) backupStatus {
 }
 
 func TestBackupLocalCreateIgnoreAndDelete(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	writeFiles(t, dir, map[string]string{
 		"server.properties": "motd=hi\n", "world/level.dat": strings.Repeat("lvl", 10000),
@@ -324,7 +324,7 @@ func serveArchive(t *testing.T, body []byte, contentType string, cut bool) strin
 }
 
 func TestBackupRestoreObjectStoreDownload(t *testing.T) {
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{gameServer(backupServer)},
 		mutate:  func(c *config.Config) { c.System.Backups.RestoreHostAllowlist = []string{"127.0.0.1"} },
 	})
@@ -375,7 +375,7 @@ func TestBackupRestoreObjectStoreDownload(t *testing.T) {
 }
 
 func TestBackupRestoreRefusesLoopbackWithoutAllowlist(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	id := newBackupID()
 	url := serveArchive(t, []byte("x"), "application/gzip", false)
 	for _, u := range []string{url, strings.Replace(url, "127.0.0.1", "[::ffff:127.0.0.1]", 1), "http://169.254.169.254/latest/meta-data", "http://100.64.0.1/x", "http://0.0.0.0:1/x", "file:///etc/passwd", "http://localhost:1/x"} {

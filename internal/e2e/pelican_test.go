@@ -326,7 +326,7 @@ func TestWSDenyByJTI(t *testing.T) {
 // daemon makes to the panel, and never into its log.
 func TestCustomHeadersReachThePanel(t *testing.T) {
 	const secret = "cf-secret-5b1d9e0c7a"
-	n := startNode(t, nodeOptions{mutate: func(c *config.Config) {
+	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) {
 		c.RemoteQuery.CustomHeaders = map[string]string{"CF-Access-Client-Id": "node.access", "CF-Access-Client-Secret": secret}
 		c.Debug = true
 	}})
@@ -394,7 +394,7 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 // TestPelicanEndpointsRequireTheNodeToken: the new node endpoints refuse a
 // missing (401) or wrong (403) node token, and do nothing then.
 func TestPelicanEndpointsRequireTheNodeToken(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(knownServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	s := "/api/servers/" + knownServer
 	for _, ep := range []struct{ method, path string }{
 		{"GET", "/api/system/utilization"}, {"GET", "/api/system/ips"}, {"GET", "/api/diagnostics"},

@@ -320,7 +320,7 @@ func b64url(s string) string {
 
 func TestDownloadBackup(t *testing.T) {
 	other := uuid.NewString()
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
 	writeFiles(t, n.serverDir(backupServer), map[string]string{"world/level.dat": "level"})
 	id := newBackupID()
 	st := n.backup(id, "local", "")
