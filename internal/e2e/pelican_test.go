@@ -21,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // Issue 22: the endpoints Pelican's panel calls, ws/deny for Pterodactyl
@@ -372,19 +373,14 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/ws/deny", map[string]any{"jtis": []string{jti}}, ""); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("ws/deny: %d %s", res.StatusCode, body)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	stopped := false
+	wait.For(t, 20*time.Second, func() bool {
 		authed, final, opens := p.state()
-		if final != 0 {
-			t.Fatalf("the console stopped reconnecting: %s", p)
-		}
-		if authed && opens >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the console did not reconnect with a new token: %s", p)
-		}
-		time.Sleep(20 * time.Millisecond)
+		stopped = final != 0
+		return stopped || (authed && opens >= 2)
+	}, "the console to reconnect with a new token: %s", p)
+	if stopped {
+		t.Fatalf("the console stopped reconnecting: %s", p)
 	}
 	if !strings.Contains(p.String(), "4401") {
 		t.Errorf("the first socket did not close with 4401: %s", p)
