@@ -180,16 +180,17 @@ func Run(ctx context.Context, opts Options) error {
 
 	denylist := tokens.NewDenylist(opts.BootTime)
 	hub := wsapi.NewHub(wsapi.Options{
-		Verifier:     verifier,
-		Denylist:     denylist,
-		Activity:     acts,
-		LogCount:     func() int { return store.Get().System.WebsocketLogCount },
-		Log:          log,
-		WriteTimeout: websocketWriteTimeout(store.Get()),
+		Verifier: verifier,
+		Denylist: denylist,
+		Activity: acts,
+		LogCount: func() int { return store.Get().System.WebsocketLogCount },
+		Log:      log,
 		// One full console throttle window fits in a socket's queue, so a
 		// flood that the throttle lets through (and its notice) reaches
 		// every client that keeps reading. Read live: /api/update applies.
 		QueueSize: func() int { return max(wsapi.DefaultQueueSize, store.Get().Throttles.Lines+256) },
+
+		WriteTimeout: websocketWriteTimeout(store.Get()), // the hub's default unless a test build says
 	})
 	// Sockets outlive the HTTP server's shutdown (they are hijacked): close
 	// them with 1012 before the servers stop.
