@@ -55,18 +55,37 @@ type Queue struct {
 	size   int64
 	closed bool
 
+	mergeWindow time.Duration // SFTP records within one window merge
+
 	flushMu sync.Mutex // one delivery at a time
 }
 
+// Option changes a Queue at Open.
+type Option func(*Queue)
+
+// WithMergeWindow replaces DefaultMergeWindow, the span of time whose SFTP
+// records merge (the end-to-end tests widen it so as not to wait for a
+// minute to turn); d <= 0 keeps the default.
+func WithMergeWindow(d time.Duration) Option {
+	return func(q *Queue) {
+		if d > 0 {
+			q.mergeWindow = d
+		}
+	}
+}
+
 // Open opens (or creates) the queue kept in dir.
-func Open(dir string, log *slog.Logger) (*Queue, error) {
+func Open(dir string, log *slog.Logger, opts ...Option) (*Queue, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	q := &Queue{dir: dir, log: log}
+	q := &Queue{dir: dir, log: log, mergeWindow: DefaultMergeWindow}
+	for _, o := range opts {
+		o(q)
+	}
 	data, err := os.ReadFile(q.cursorPath())
 	switch {
 	case err == nil:
@@ -227,7 +246,7 @@ func (q *Queue) next(n int) ([]panel.Activity, int64, error) {
 	var (
 		out      []panel.Activity
 		consumed int64
-		merge    = merger{}
+		merge    = newMerger(q.mergeWindow)
 		raw      int
 	)
 	for len(out) < n && raw < n*mergeFactor {

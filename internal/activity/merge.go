@@ -23,17 +23,28 @@ type mergeKey struct {
 	minute                  int64
 }
 
-// merger indexes the mergeable records of one batch.
-type merger map[mergeKey]int
+// DefaultMergeWindow is the span of time whose SFTP records merge: Wings'
+// minute.
+const DefaultMergeWindow = time.Minute
 
-func keyOf(a panel.Activity) (mergeKey, bool) {
+// merger indexes the mergeable records of one batch.
+type merger struct {
+	window time.Duration
+	index  map[mergeKey]int
+}
+
+func newMerger(window time.Duration) merger {
+	return merger{window: window, index: map[mergeKey]int{}}
+}
+
+func (m merger) keyOf(a panel.Activity) (mergeKey, bool) {
 	if !strings.HasPrefix(a.Event, mergePrefix) {
 		return mergeKey{}, false
 	}
 	if _, ok := a.Metadata["files"].([]any); !ok {
 		return mergeKey{}, false
 	}
-	k := mergeKey{server: a.Server, ip: a.IP, event: a.Event, minute: a.Timestamp.Truncate(time.Minute).Unix()}
+	k := mergeKey{server: a.Server, ip: a.IP, event: a.Event, minute: a.Timestamp.Truncate(m.window).Unix()}
 	if a.User != nil {
 		k.user = *a.User
 	}
@@ -42,11 +53,11 @@ func keyOf(a panel.Activity) (mergeKey, bool) {
 
 // into merges a into the batch and reports whether it did.
 func (m merger) into(batch []panel.Activity, a panel.Activity) bool {
-	k, ok := keyOf(a)
+	k, ok := m.keyOf(a)
 	if !ok {
 		return false
 	}
-	i, ok := m[k]
+	i, ok := m.index[k]
 	if !ok {
 		return false
 	}
@@ -61,7 +72,7 @@ func (m merger) into(batch []panel.Activity, a panel.Activity) bool {
 // added indexes the record just appended to the batch.
 func (m merger) added(batch []panel.Activity) {
 	a := batch[len(batch)-1]
-	if k, ok := keyOf(a); ok {
-		m[k] = len(batch) - 1
+	if k, ok := m.keyOf(a); ok {
+		m.index[k] = len(batch) - 1
 	}
 }

@@ -70,3 +70,34 @@ func TestFlushMergesSFTPRecords(t *testing.T) {
 		}
 	}
 }
+
+// A wider merge window (the tests' knob) merges records of two minutes;
+// the default keeps them apart.
+func TestMergeWindowOption(t *testing.T) {
+	u := "user-1"
+	base := time.Date(2026, 11, 23, 10, 15, 59, 0, time.UTC)
+	for _, tc := range []struct {
+		opts []Option
+		want int
+	}{{nil, 2}, {[]Option{WithMergeWindow(time.Hour)}, 1}, {[]Option{WithMergeWindow(0)}, 2}} {
+		q, err := Open(t.TempDir(), nil, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range []string{"/a", "/b"} {
+			q.Record(panel.Activity{User: &u, Server: "srv", Event: "server:sftp.write", IP: "192.0.2.7",
+				Metadata: map[string]any{"files": []any{f}}, Timestamp: base.Add(time.Duration(i) * time.Second)})
+		}
+		var got []panel.Activity
+		if _, err := q.Flush(context.Background(), func(_ context.Context, b []panel.Activity) error {
+			got = append(got, b...)
+			return nil
+		}, 100); err != nil {
+			t.Fatal(err)
+		}
+		q.Close()
+		if len(got) != tc.want {
+			t.Errorf("options %d: %d records sent, want %d", len(tc.opts), len(got), tc.want)
+		}
+	}
+}

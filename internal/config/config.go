@@ -25,6 +25,7 @@ type Config struct {
 	AllowCORSPrivateNetwork  bool        `yaml:"allow_cors_private_network" json:"allow_cors_private_network"`
 	IgnorePanelConfigUpdates bool        `yaml:"ignore_panel_config_updates" json:"ignore_panel_config_updates"`
 	Metrics                  Metrics     `yaml:"metrics" json:"metrics"`
+	Testing                  Testing     `yaml:"testing,omitempty" json:"testing,omitzero"`
 }
 
 // Metrics configures the Prometheus endpoint. It is off unless

@@ -44,6 +44,7 @@ func (c *Config) Validate() error {
 		validateRemoteQuery,
 		validateThrottles,
 		validateDocker,
+		func(c *Config, bad badFunc) { validateTesting(c.Testing, bad) },
 	} {
 		validate(c, bad)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
-	"github.com/wharf/wharf/internal/runtime/docker"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -52,9 +51,9 @@ func Run(ctx context.Context, opts Options) error {
 
 	// The container runtime; closed after everything else (first in the
 	// subsystem list).
-	rt, err := docker.New(ctx, docker.Options{Logger: n.log})
+	rt, err := newRuntime(ctx, n.store.Get(), n.log)
 	if err != nil {
-		return fmt.Errorf("connecting to Docker: %w", err)
+		return err
 	}
 	n.rt = rt
 

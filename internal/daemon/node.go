@@ -171,7 +171,7 @@ func (n *node) openOneTime(context.Context) error {
 }
 
 func (n *node) openActivity(context.Context) error {
-	acts, err := activity.Open(filepath.Join(n.store.Get().System.RootDirectory, "activity"), n.log)
+	acts, err := activity.Open(filepath.Join(n.store.Get().System.RootDirectory, "activity"), n.log, activity.WithMergeWindow(activityMergeWindow(n.store.Get())))
 	if err != nil {
 		return fmt.Errorf("activity queue: %w", err)
 	}
@@ -216,6 +216,8 @@ func (n *node) startHub(context.Context) error {
 		// flood that the throttle lets through (and its notice) reaches
 		// every client that keeps reading. Read live: /api/update applies.
 		QueueSize: func() int { return max(wsapi.DefaultQueueSize, n.store.Get().Throttles.Lines+256) },
+
+		WriteTimeout: websocketWriteTimeout(n.store.Get()), // the hub's default unless a test build says
 	})
 	return nil
 }

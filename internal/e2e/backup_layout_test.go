@@ -23,7 +23,7 @@ import (
 // daemons, as the spec's .serviceignore does; present together, the union
 // of their patterns applies.
 func TestBackupHonoursEveryWingsIgnoreFile(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	writeFiles(t, dir, map[string]string{
 		"ptero/x.bin": "p", "pelican/x.bin": "q", "service/x.bin": "s", "world/level.dat": "lvl",
@@ -128,7 +128,7 @@ func (n *node) restoreFrom(t *testing.T, server, backup string) bool {
 // UUID (attacks.md F9).
 func TestBackupLayoutsOfBothWingsCarryOver(t *testing.T) {
 	other := uuid.NewString()
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer), gameServer(other)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer), gameServer(other)}})
 	dir := n.serverDir(backupServer)
 	bdir := n.Config.System.BackupDirectory
 	writeFiles(t, dir, map[string]string{"world/level.dat": "current"})

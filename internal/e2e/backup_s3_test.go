@@ -29,7 +29,7 @@ import (
 // compares the object with a local backup of the same tree.
 func TestBackupObjectStore(t *testing.T) {
 	store := objectstore.Start(t)
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	big := make([]byte, 13<<20) // incompressible: three 5 MiB parts
 	rand.Read(big)
@@ -134,7 +134,7 @@ func TestBackupObjectStore(t *testing.T) {
 // TestBackupObjectStoreFailureReported: a part that always fails ends as
 // successful:false and leaves no local file.
 func TestBackupObjectStoreFailureReported(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	writeFiles(t, n.serverDir(backupServer), map[string]string{"a": "a"})
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(403) }))
 	t.Cleanup(bad.Close)

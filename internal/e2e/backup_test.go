@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 const backupServer = "7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
@@ -103,7 +105,7 @@ func (n *node) backup(id, adapter, ignore string) backupStatus {
 }
 
 func TestBackupLocalCreateIgnoreAndDelete(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	writeFiles(t, dir, map[string]string{
 		"server.properties": "motd=hi\n", "world/level.dat": strings.Repeat("lvl", 10000),
@@ -285,18 +287,10 @@ func TestBackupRestoreLocal(t *testing.T) {
 // waitCalls waits for the count-th restore status and returns its outcome.
 func waitCalls(t *testing.T, n *node, path string, count int) bool {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		calls := n.Panel.CallsTo("POST", path)
-		if len(calls) >= count {
-			var st struct{ Successful bool }
-			json.Unmarshal(calls[count-1].Body, &st)
-			return st.Successful
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no status %d for %s\n%s", count, path, n.log)
-	return false
+	wait.For(t, 60*time.Second, func() bool { return len(n.Panel.CallsTo("POST", path)) >= count }, "status %d for %s\n%s", count, path, n.log)
+	var st struct{ Successful bool }
+	json.Unmarshal(n.Panel.CallsTo("POST", path)[count-1].Body, &st)
+	return st.Successful
 }
 
 // serveArchive serves body with the content type, optionally cut short.
@@ -324,7 +318,7 @@ func serveArchive(t *testing.T, body []byte, contentType string, cut bool) strin
 }
 
 func TestBackupRestoreObjectStoreDownload(t *testing.T) {
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{gameServer(backupServer)},
 		mutate:  func(c *config.Config) { c.System.Backups.RestoreHostAllowlist = []string{"127.0.0.1"} },
 	})
@@ -375,7 +369,7 @@ func TestBackupRestoreObjectStoreDownload(t *testing.T) {
 }
 
 func TestBackupRestoreRefusesLoopbackWithoutAllowlist(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	id := newBackupID()
 	url := serveArchive(t, []byte("x"), "application/gzip", false)
 	for _, u := range []string{url, strings.Replace(url, "127.0.0.1", "[::ffff:127.0.0.1]", 1), "http://169.254.169.254/latest/meta-data", "http://100.64.0.1/x", "http://0.0.0.0:1/x", "file:///etc/passwd", "http://localhost:1/x"} {
@@ -456,23 +450,13 @@ func TestBackupKill9LeavesNoArchive(t *testing.T) {
 		t.Fatal("backup refused")
 	}
 	bdir := n.Config.System.BackupDirectory
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(t, 20*time.Second, func() bool {
 		entries, _ := os.ReadDir(bdir)
-		found := false
-		for _, e := range entries {
-			if fi, _ := e.Info(); strings.HasPrefix(e.Name(), ".wharf-partial-") && fi != nil && fi.Size() > 0 {
-				found = true
-			}
-		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the backup never started writing")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return slices.ContainsFunc(entries, func(e os.DirEntry) bool {
+			fi, _ := e.Info()
+			return strings.HasPrefix(e.Name(), ".wharf-partial-") && fi != nil && fi.Size() > 0
+		})
+	}, "the backup to start writing")
 	if err := n.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

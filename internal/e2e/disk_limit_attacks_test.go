@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"github.com/wharf/wharf/internal/testutil/deeptree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 
 	"archive/tar"
 	"bytes"
@@ -300,7 +301,7 @@ func TestDiskLimitDecompressManyEmptyFiles(t *testing.T) {
 func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 1}
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.DiskCheckInterval = 1 },
 	})
@@ -316,15 +317,10 @@ func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 		t.Fatalf("prlimit: %v", err)
 	}
 	var disk float64
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		u := n.details(filesServer)["utilization"].(map[string]any)
-		disk = u["disk_bytes"].(float64)
-		if disk >= 5*mib || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	wait.Until(20*time.Second, func() bool {
+		disk = n.details(filesServer)["utilization"].(map[string]any)["disk_bytes"].(float64)
+		return disk >= 5*mib
+	})
 	if disk < 5*mib {
 		over := disk > mib
 		res, body := n.files("POST", "write?file=%2Fprobe.txt", "x")

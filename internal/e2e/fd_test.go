@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func (n *node) openFDs() int {
@@ -59,12 +61,8 @@ func TestNoDescriptorLeakAfterThousandOperations(t *testing.T) {
 		}
 	}
 	// Connections close asynchronously; give them a moment.
-	deadline := time.Now().Add(5 * time.Second)
-	after := n.openFDs()
-	for after > before && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		after = n.openFDs()
-	}
+	var after int
+	wait.Until(5*time.Second, func() bool { after = n.openFDs(); return after <= before })
 	if after > before {
 		t.Fatalf("open descriptors grew from %d to %d after 1000 operations", before, after)
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // hugeSparse is the size of the sparse file a game process makes in one
@@ -70,13 +72,7 @@ func (n *node) cpuOverASecond(t *testing.T) float64 {
 // waitUntil polls cond until it holds or within passes.
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, within, cond, "%s", what)
 }
 
 // archiveSize is the size of the archive being written; -1 when missing.

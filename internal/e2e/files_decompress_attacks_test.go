@@ -21,6 +21,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // bomb7z is the 45-byte 7z file of issue 21: a header that declares an
@@ -183,7 +184,7 @@ func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
 	}
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 100}
-	n := startNode(t, nodeOptions{
+	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
 		mutate:  func(c *config.Config) { c.System.Username = "nobody" },
 	})
@@ -312,20 +313,20 @@ func TestDecompressEndsWhenTheClientHangsUp(t *testing.T) {
 		done <- err
 	}()
 	// The control: the child is writing the archive's files.
-	waitFor(t, 30*time.Second, func() bool {
+	wait.For(t, 30*time.Second, func() bool {
 		_, err := os.Stat(n.fpath("big/000.bin"))
 		return err == nil
-	})
+	}, "the decompression to write big/000.bin")
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
 	pid := n.cmd.Process.Pid
 	// Then: the child is gone, and what it extracted with it.
-	waitFor(t, 30*time.Second, func() bool {
+	wait.For(t, 30*time.Second, func() bool {
 		_, err := os.Lstat(n.fpath("big"))
 		return len(childrenOf(pid)) == 0 && errors.Is(err, os.ErrNotExist)
-	})
+	}, "the decompression child and its partial tree to go")
 	if got := strings.Join(rootEntries(t, n), " "); got != "big.tar.gz" {
 		t.Fatalf("the root holds %q", got)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // pullNode is filesNode with remote downloads allowed to reach 127.0.0.1
@@ -26,7 +27,7 @@ func pullNode(t *testing.T, diskMB int, allowLoopback, disabled bool) *node {
 	s := exampleServer(filesServer)
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": diskMB}
 	s.Settings["egg"] = map[string]any{"id": "1", "file_denylist": []string{"*.secret"}}
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{s, exampleServer(siblingServer)}, mutate: func(c *config.Config) {
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s, exampleServer(siblingServer)}, mutate: func(c *config.Config) {
 		c.API.RemoteDownload.AllowLoopback = allowLoopback
 		c.API.DisableRemoteDownload = disabled
 	}})
@@ -127,13 +128,7 @@ func (n *node) pulls() []map[string]any {
 
 func (n *node) waitNoPulls() {
 	n.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(n.pulls()) > 0 {
-		if time.Now().After(deadline) {
-			n.t.Fatal("downloads did not finish")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(n.t, 20*time.Second, func() bool { return len(n.pulls()) == 0 }, "the downloads to finish")
 }
 
 func TestFilesPull(t *testing.T) {
@@ -161,11 +156,10 @@ func TestFilesPull(t *testing.T) {
 		t.Fatalf("identifier %s", body)
 	}
 	var list []map[string]any
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if list = n.pulls(); len(list) == 1 && list[0]["Progress"].(float64) == 0.5 {
-			break
-		}
-	}
+	wait.Until(10*time.Second, func() bool {
+		list = n.pulls()
+		return len(list) == 1 && list[0]["Progress"].(float64) == 0.5
+	})
 	if len(list) != 1 || list[0]["Identifier"] != started.Identifier || list[0]["Progress"] != 0.5 {
 		t.Fatalf("progress list %v", list)
 	}
@@ -240,9 +234,9 @@ func TestFilesPullCancelLimitAndDisk(t *testing.T) {
 	res, body = n.files("DELETE", "pull/not-a-download", nil)
 	wantStatus(t, "cancel unknown", res, body, 204)
 	n.waitNoPulls()
-	time.Sleep(200 * time.Millisecond) // the cancelled goroutines remove their files
-	entries, _ := os.ReadDir(n.dataDir(filesServer))
-	if len(entries) != 0 {
+	// The cancelled goroutines remove their files.
+	var entries []os.DirEntry
+	if !wait.Until(5*time.Second, func() bool { entries, _ = os.ReadDir(n.dataDir(filesServer)); return len(entries) == 0 }) {
 		t.Fatalf("cancelled downloads left files: %v", entries)
 	}
 	// Over the 1 MiB limit: refused from Content-Length, and stopped while

@@ -33,7 +33,7 @@ func filesNode(t *testing.T, diskMB int, mutate func(s *devpanel.Server)) *node 
 	if mutate != nil {
 		mutate(&s)
 	}
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{s, exampleServer(siblingServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s, exampleServer(siblingServer)}})
 	if err := os.WriteFile(filepath.Join(n.dataDir(siblingServer), "sibling.txt"), []byte("sibling data"), 0o600); err != nil {
 		t.Fatal(err)
 	}

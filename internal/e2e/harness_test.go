@@ -22,6 +22,8 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 var wharfBinary string
@@ -39,7 +41,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	wharfBinary = filepath.Join(dir, "wharf")
-	build := exec.Command("go", "build", "-o", wharfBinary, "github.com/wharf/wharf/cmd/wharf")
+	// One binary for every test, built with the test tag: it runs on Docker
+	// (the production path) unless a test's configuration asks for the
+	// in-memory runtime (nodeOptions.fake).
+	build := exec.Command("go", "build", "-tags", "wharf_testruntime", "-o", wharfBinary, "github.com/wharf/wharf/cmd/wharf")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building wharf:", err)
@@ -84,6 +89,10 @@ func (b *syncBuffer) String() string {
 type nodeOptions struct {
 	mutate  func(c *config.Config)
 	servers []devpanel.Server
+	// fake runs the node on the in-memory runtime (runtime/runtimetest),
+	// for tests that never start a container: they need no Docker engine.
+	// Otherwise the node needs one, and the test is skipped without it.
+	fake bool
 }
 
 func freePort(t testing.TB) int {
@@ -121,6 +130,11 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 	// Every node has an SFTP listener: on loopback, on its own port.
 	c.System.SFTP.BindAddress = "127.0.0.1"
 	c.System.SFTP.BindPort = freePort(t)
+	if opts.fake {
+		c.Testing.Runtime = config.TestRuntimeFake
+	} else {
+		testimages.RequireDocker(t)
+	}
 	if opts.mutate != nil {
 		opts.mutate(c)
 	}
@@ -146,21 +160,23 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 
 func (n *node) waitReady() {
 	n.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	exited := false
+	wait.For(n.t, 30*time.Second, func() bool {
 		select {
 		case <-n.exited:
-			n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
+			exited = true
+			return true
 		default:
 		}
 		res, err := http.Get(n.URL + "/api/system")
 		if err == nil {
 			res.Body.Close()
-			return
 		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}, "wharf to answer\n%s", n.log)
+	if exited {
+		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
 	}
-	n.t.Fatalf("wharf did not answer within 30s\n%s", n.log)
 }
 
 func (n *node) stop() {

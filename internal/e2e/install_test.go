@@ -13,6 +13,7 @@ import (
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func installStatus(t *testing.T, n *node, id string) (successful, reinstall bool) {
@@ -92,14 +93,10 @@ func TestInstallSuccess(t *testing.T) {
 	if entries, err := os.ReadDir(n.Config.System.TmpDirectory); err != nil || len(entries) != 0 {
 		t.Fatalf("tmp directory after install: %v %v", entries, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer"); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("installer container left behind")
-		}
-	}
+	wait.For(t, 10*time.Second, func() bool {
+		_, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		return err != nil
+	}, "the installer container to be removed")
 
 	// Reinstall keeps the files.
 	if err := os.WriteFile(filepath.Join(n.Config.System.Data, s.UUID, "world.dat"), []byte("w"), 0o644); err != nil {
@@ -110,11 +107,7 @@ func TestInstallSuccess(t *testing.T) {
 	if res, _ := n.request("POST", "/api/servers/"+s.UUID+"/reinstall", nil, ""); res.StatusCode != 202 {
 		t.Fatalf("reinstall: %d", res.StatusCode)
 	}
-	for deadline := time.Now().Add(90 * time.Second); len(n.Panel.CallsTo("POST", "/servers/"+s.UUID+"/install")) == calls; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("reinstall never reported")
-		}
-	}
+	wait.For(t, 90*time.Second, func() bool { return len(n.Panel.CallsTo("POST", "/servers/"+s.UUID+"/install")) > calls }, "the reinstall to be reported")
 	last := n.Panel.CallsTo("POST", "/servers/"+s.UUID+"/install")[calls]
 	if !strings.Contains(string(last.Body), `"successful":true`) || !strings.Contains(string(last.Body), `"reinstall":true`) {
 		t.Fatalf("reinstall status %s", last.Body)

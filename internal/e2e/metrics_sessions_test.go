@@ -11,6 +11,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The session gauges are read from their owners at scrape time: with two
@@ -23,31 +24,13 @@ func TestMetricsSessionGaugesAreLive(t *testing.T) {
 		c.Metrics = config.Metrics{BindAddress: fmt.Sprintf("127.0.0.1:%d", port), Token: tok}
 	})
 	scrape := func() (sftpN, wsN string) {
-		t.Helper()
-		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", ""
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		gauge := func(name string) string {
-			m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindSubmatch(b)
-			if m == nil {
-				return "missing"
-			}
-			return string(m[1])
-		}
-		return gauge("wharf_sftp_sessions"), gauge("wharf_websocket_sessions")
+		return scrapeGauge(port, tok, "wharf_sftp_sessions"), scrapeGauge(port, tok, "wharf_websocket_sessions")
 	}
 	want := func(what, sftpWant, wsWant string) {
 		t.Helper()
 		var s, w string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-			if s, w = scrape(); s == sftpWant && w == wsWant {
-				return
-			}
+		if wait.Until(10*time.Second, func() bool { s, w = scrape(); return s == sftpWant && w == wsWant }) {
+			return
 		}
 		t.Fatalf("%s: wharf_sftp_sessions %s, wharf_websocket_sessions %s; want %s and %s", what, s, w, sftpWant, wsWant)
 	}
@@ -79,4 +62,22 @@ func TestMetricsSessionGaugesAreLive(t *testing.T) {
 		_ = w.c.CloseNow()
 	}
 	want("all closed", "0", "0")
+}
+
+// scrapeGauge reads one metric of the node's Prometheus endpoint: its
+// value, "missing" when the scrape lacks it, "" when the scrape failed.
+func scrapeGauge(port int, tok, name string) string {
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		return "missing"
+	}
+	return string(m[1])
 }

@@ -13,12 +13,13 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // By default there is no metrics endpoint at all: nothing listens for it,
 // and the API port has no /metrics for anyone.
 func TestMetricsOffByDefault(t *testing.T) {
-	n := startNode(t, nodeOptions{})
+	n := startNode(t, nodeOptions{fake: true})
 	for _, auth := range []string{"-", ""} {
 		res, body := n.request("GET", "/metrics", nil, auth)
 		if res.StatusCode != http.StatusNotFound && res.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "wharf_") {
@@ -54,24 +55,13 @@ func TestMetricsEndpoint(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, _ := func() (int, string) {
-			res, err := http.Get(url)
-			if err != nil {
-				return 0, ""
-			}
+	wait.ForNoError(t, 10*time.Second, func() error {
+		res, err := http.Get(url)
+		if err == nil {
 			res.Body.Close()
-			return res.StatusCode, ""
-		}()
-		if code != 0 {
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics endpoint never answered\n%s", n.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	}, "the metrics endpoint to answer\n%s", n.log)
 	for _, bad := range []string{"", n.Token, "nope"} {
 		if code, body := get(bad); code != http.StatusUnauthorized || strings.Contains(body, "wharf_") {
 			t.Fatalf("scrape with %q: %d", bad, code)

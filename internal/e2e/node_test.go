@@ -29,7 +29,7 @@ func exampleServer(uuid string) devpanel.Server {
 
 // Every bearer-protected endpoint of the spec refuses a missing, malformed or wrong token.
 func TestProtectedEndpointsRequireTheNodeToken(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(knownServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	s := "/api/servers/" + knownServer
 	endpoints := []struct{ method, path string }{
 		{"POST", "/api/update"}, {"GET", "/api/system"}, {"GET", "/api/servers"}, {"POST", "/api/servers"},
@@ -65,7 +65,7 @@ func TestProtectedEndpointsRequireTheNodeToken(t *testing.T) {
 }
 
 func TestSystemInformation(t *testing.T) {
-	n := startNode(t, nodeOptions{})
+	n := startNode(t, nodeOptions{fake: true})
 	res, body := n.request("GET", "/api/system", nil, "")
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d: %s", res.StatusCode, body)
@@ -86,7 +86,7 @@ func TestSystemInformation(t *testing.T) {
 }
 
 func TestServersAreLoadedFromThePanelAtBoot(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(knownServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	res, body := n.request("GET", "/api/servers/"+knownServer, nil, "")
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d: %s", res.StatusCode, body)
@@ -121,7 +121,7 @@ func TestServersAreLoadedFromThePanelAtBoot(t *testing.T) {
 }
 
 func TestUpdateChangesFileAndBehaviour(t *testing.T) {
-	n := startNode(t, nodeOptions{})
+	n := startNode(t, nodeOptions{fake: true})
 	body := map[string]any{
 		"uuid": n.Config.UUID, "token_id": n.Config.TokenID, "token": "rotated-token-1234567890",
 		"remote": n.Config.Remote, "api": map[string]any{"host": "127.0.0.1", "port": n.Config.API.Port, "upload_limit": 250},
@@ -167,7 +167,7 @@ func TestUpdateChangesFileAndBehaviour(t *testing.T) {
 }
 
 func TestUpdateIgnoredWhenTheNodeSaysSo(t *testing.T) {
-	n := startNode(t, nodeOptions{mutate: func(c *config.Config) { c.IgnorePanelConfigUpdates = true }})
+	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) { c.IgnorePanelConfigUpdates = true }})
 	before, _ := os.ReadFile(n.CfgPath)
 	res, data := n.request("POST", "/api/update", map[string]any{"uuid": "u", "token_id": "t", "token": "other"}, "")
 	if res.StatusCode != 200 || strings.TrimSpace(string(data)) != `{"applied":false}` {
@@ -184,7 +184,7 @@ func TestUpdateIgnoredWhenTheNodeSaysSo(t *testing.T) {
 
 // attacks.md A5: nothing secret reaches the log.
 func TestLogNeverContainsSecrets(t *testing.T) {
-	n := startNode(t, nodeOptions{})
+	n := startNode(t, nodeOptions{fake: true})
 	const jwtLike = "eyJhbGciOiJIUzI1NiJ9.eyJzZWNyZXQiOnRydWV9.c2lnbmF0dXJl"
 	n.request("GET", "/download/file?token="+jwtLike, nil, "-")
 	n.request("GET", "/api/system?token="+jwtLike, nil, "")

@@ -21,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // Issue 22: the endpoints Pelican's panel calls, ws/deny for Pterodactyl
@@ -326,7 +327,7 @@ func TestWSDenyByJTI(t *testing.T) {
 // daemon makes to the panel, and never into its log.
 func TestCustomHeadersReachThePanel(t *testing.T) {
 	const secret = "cf-secret-5b1d9e0c7a"
-	n := startNode(t, nodeOptions{mutate: func(c *config.Config) {
+	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) {
 		c.RemoteQuery.CustomHeaders = map[string]string{"CF-Access-Client-Id": "node.access", "CF-Access-Client-Secret": secret}
 		c.Debug = true
 	}})
@@ -372,19 +373,14 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/ws/deny", map[string]any{"jtis": []string{jti}}, ""); res.StatusCode != http.StatusNoContent {
 		t.Fatalf("ws/deny: %d %s", res.StatusCode, body)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	stopped := false
+	wait.For(t, 20*time.Second, func() bool {
 		authed, final, opens := p.state()
-		if final != 0 {
-			t.Fatalf("the console stopped reconnecting: %s", p)
-		}
-		if authed && opens >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the console did not reconnect with a new token: %s", p)
-		}
-		time.Sleep(20 * time.Millisecond)
+		stopped = final != 0
+		return stopped || (authed && opens >= 2)
+	}, "the console to reconnect with a new token: %s", p)
+	if stopped {
+		t.Fatalf("the console stopped reconnecting: %s", p)
 	}
 	if !strings.Contains(p.String(), "4401") {
 		t.Errorf("the first socket did not close with 4401: %s", p)
@@ -394,7 +390,7 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 // TestPelicanEndpointsRequireTheNodeToken: the new node endpoints refuse a
 // missing (401) or wrong (403) node token, and do nothing then.
 func TestPelicanEndpointsRequireTheNodeToken(t *testing.T) {
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{exampleServer(knownServer)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	s := "/api/servers/" + knownServer
 	for _, ep := range []struct{ method, path string }{
 		{"GET", "/api/system/utilization"}, {"GET", "/api/system/ips"}, {"GET", "/api/diagnostics"},

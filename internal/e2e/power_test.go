@@ -9,6 +9,7 @@ import (
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 func gameServer(uuid string) devpanel.Server {
@@ -42,12 +43,8 @@ func (n *node) details(uuid string) map[string]any {
 
 func (n *node) waitState(uuid, want string, timeout time.Duration) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if n.details(uuid)["state"] == want {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if wait.Until(timeout, func() bool { return n.details(uuid)["state"] == want }) {
+		return
 	}
 	n.t.Fatalf("server did not reach %s within %s (state %v)\n%s", want, timeout, n.details(uuid)["state"], n.log)
 }
@@ -79,19 +76,15 @@ func TestPowerStartCommandStop(t *testing.T) {
 	if res.StatusCode != 204 {
 		t.Fatalf("commands: %d", res.StatusCode)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		joined := strings.Join(n.logs(id), "\n")
-		if strings.Contains(joined, "hello-wharf") && strings.Contains(joined, "MAX_PLAYERS=20") {
-			if !strings.Contains(joined, "RATIO=1.5") || strings.Contains(joined, "20.000000") || !strings.Contains(joined, "SERVER_MEMORY=128") {
-				t.Fatalf("environment rendered wrongly:\n%s", joined)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("console never showed the command output:\n%s", joined)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var joined string
+	if !wait.Until(10*time.Second, func() bool {
+		joined = strings.Join(n.logs(id), "\n")
+		return strings.Contains(joined, "hello-wharf") && strings.Contains(joined, "MAX_PLAYERS=20")
+	}) {
+		t.Fatalf("console never showed the command output:\n%s", joined)
+	}
+	if !strings.Contains(joined, "RATIO=1.5") || strings.Contains(joined, "20.000000") || !strings.Contains(joined, "SERVER_MEMORY=128") {
+		t.Fatalf("environment rendered wrongly:\n%s", joined)
 	}
 
 	res, _ = n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": "stop"}, "")

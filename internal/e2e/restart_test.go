@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // kill -9 of the daemon while a server runs, then a restart: the same
@@ -46,14 +47,12 @@ func TestRestartKill9Reattaches(t *testing.T) {
 	n.waitLog(s.UUID, "Done (") // the ring was filled from the container log
 	n.command(s.UUID, "echo back-after-kill-9")
 	n.waitLog(s.UUID, "back-after-kill-9")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		u := n.details(s.UUID)["utilization"].(map[string]any)
-		if u["memory_bytes"].(float64) > 0 && u["uptime"].(float64) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stats after re-attach: %v", u)
-		}
+	var u map[string]any
+	if !wait.Until(30*time.Second, func() bool {
+		u = n.details(s.UUID)["utilization"].(map[string]any)
+		return u["memory_bytes"].(float64) > 0 && u["uptime"].(float64) > 0
+	}) {
+		t.Fatalf("no stats after re-attach: %v", u)
 	}
 	n.power(s.UUID, "stop")
 	n.waitState(s.UUID, "offline", 60*time.Second)
@@ -113,14 +112,10 @@ func TestRestartKill9DuringInstall(t *testing.T) {
 		t.Fatalf("install: %d %s", res.StatusCode, body)
 	}
 	cli := testimages.Client(t)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer"); err == nil && info.State.Running {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the installer never ran\n%s", n.log)
-		}
-	}
+	wait.For(t, 30*time.Second, func() bool {
+		info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		return err == nil && info.State.Running
+	}, "the installer to run\n%s", n.log)
 	n.assertRefusedPower(s.UUID, "installing")
 
 	n.kill9()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // newGameServer is a test server with a fresh UUID whose container is
@@ -52,19 +54,14 @@ func (n *node) command(id string, cmds ...string) {
 // waitLog waits until a console line (of the last 100) contains substr.
 func (n *node) waitLog(id, substr string) []string {
 	n.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		lines := n.logs(id)
-		for _, l := range lines {
-			if strings.Contains(l, substr) {
-				return lines
-			}
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("console never showed %q:\n%s\n\ndaemon log:\n%s", substr, strings.Join(lines, "\n"), n.log)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var lines []string
+	if !wait.Until(30*time.Second, func() bool {
+		lines = n.logs(id)
+		return slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, substr) })
+	}) {
+		n.t.Fatalf("console never showed %q:\n%s\n\ndaemon log:\n%s", substr, strings.Join(lines, "\n"), n.log)
 	}
+	return lines
 }
 
 var containerRemoveForce = container.RemoveOptions{Force: true, RemoveVolumes: true}

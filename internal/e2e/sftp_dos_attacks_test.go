@@ -19,6 +19,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // dosNode runs a node with two servers, A and B, and alice holding every
@@ -287,8 +288,7 @@ func flood(t *testing.T, addr, from string, count int) []*floodConn {
 // without a greeting (refused at accept).
 func settled(t *testing.T, conns []*floodConn) (held, refused int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	wait.For(t, 20*time.Second, func() bool {
 		held, refused = 0, 0
 		pending := 0
 		for _, fc := range conns {
@@ -301,14 +301,9 @@ func settled(t *testing.T, conns []*floodConn) (held, refused int) {
 				pending++
 			}
 		}
-		if pending == 0 {
-			return held, refused
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d flood connections neither greeted nor closed after 20 s", pending)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return pending == 0
+	}, "every flood connection to be greeted or closed")
+	return held, refused
 }
 
 // Thousands of TCP connections that never authenticate: beyond the
@@ -340,17 +335,15 @@ func TestSFTPUnauthenticatedFlood(t *testing.T) {
 		many = append(many, flood(t, addr, fmt.Sprintf("127.0.0.%d", i), 60)...)
 	}
 	all := append(one, many...)
-	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	var fds int
+	if !wait.Until(10*time.Second, func() bool {
 		held, _ = settled(t, all)
-		fds := n.openFDs()
-		if held <= 64 && fds <= before+64+32 {
-			t.Logf("21 sources: %d held; the daemon holds %d descriptors (%d before)", held, fds, before)
-			break
-		}
-		if time.Now().After(wait) {
-			t.Fatalf("%d unauthenticated connections held from 21 sources; the daemon holds %d descriptors (%d before)", held, fds, before)
-		}
+		fds = n.openFDs()
+		return held <= 64 && fds <= before+64+32
+	}) {
+		t.Fatalf("%d unauthenticated connections held from 21 sources; the daemon holds %d descriptors (%d before)", held, fds, before)
 	}
+	t.Logf("21 sources: %d held; the daemon holds %d descriptors (%d before)", held, fds, before)
 	// The node answers meanwhile, on a fresh connection of every face (a
 	// new source gets in although the total is full), and the logged-in
 	// session goes on.
@@ -401,23 +394,17 @@ func TestSFTPConnectionsPerServerCapped(t *testing.T) {
 	// Another server is not affected; a closed connection frees its place.
 	n.sftpOpen(t, sftpLogin("alice", sftpSrvB), ssh.Password(sftpPass))
 	open[0].close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.ForNoError(t, 10*time.Second, func() error {
 		c, err := n.sshDial(sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer c.Close()
 		sc, err := sftp.NewClient(c)
 		if err == nil {
 			sc.Close()
-			c.Close()
-			break
 		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("a place freed by a closed connection is not given back: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	}, "a place freed by a closed connection to be given back")
 	n.assertAnswersEveryFace(t, sftpSrvA)
 }

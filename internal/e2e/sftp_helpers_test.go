@@ -16,6 +16,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The SFTP tests' servers and users.
@@ -41,7 +42,7 @@ func sftpServerDef(uuid string, diskMB int, denylist []string) devpanel.Server {
 // loopback port, as every test node's does).
 func startSFTPNode(t testing.TB, mutate func(c *config.Config), servers ...devpanel.Server) *node {
 	t.Helper()
-	return startNode(t, nodeOptions{servers: servers, mutate: mutate})
+	return startNode(t, nodeOptions{fake: true, servers: servers, mutate: mutate})
 }
 
 func sftpLogin(user, server string) string { return user + "." + server[:8] }
@@ -67,14 +68,14 @@ func (n *node) sftpAddr() string { return fmt.Sprintf("127.0.0.1:%d", n.Config.S
 // before the API).
 func (n *node) sshDial(user string, auth ...ssh.AuthMethod) (*ssh.Client, error) {
 	cfg := &ssh.ClientConfig{User: user, Auth: auth, HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 10 * time.Second}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := ssh.Dial("tcp", n.sftpAddr(), cfg)
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
-			return c, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var c *ssh.Client
+	var err error
+	// The listener comes up next to the API: a refusal at boot is retried.
+	wait.Until(15*time.Second, func() bool {
+		c, err = ssh.Dial("tcp", n.sftpAddr(), cfg)
+		return err == nil || !errors.Is(err, syscall.ECONNREFUSED)
+	})
+	return c, err
 }
 
 // sftpSession is an SFTP client with its SSH connection.

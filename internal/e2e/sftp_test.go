@@ -17,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/sftpd"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // Logins: password and key accepted; a wrong password, an unknown short
@@ -129,15 +130,12 @@ func hostKeyOf(t *testing.T, n *node) string {
 			}
 			return nil
 		}}
-	deadline := time.Now().Add(15 * time.Second)
-	for fp == "" && time.Now().Before(deadline) {
+	wait.Until(15*time.Second, func() bool {
 		if c, err := ssh.Dial("tcp", n.sftpAddr(), cfg); err == nil {
 			c.Close()
 		}
-		if fp == "" {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+		return fp != ""
+	})
 	if fp == "" {
 		t.Fatal("no host key seen")
 	}

@@ -55,7 +55,7 @@ func downloadClaims(file string) map[string]any {
 func signedNode(t *testing.T, mutate func(c *config.Config)) *node {
 	s := exampleServer(signedServer)
 	s.Settings["egg"] = map[string]any{"id": "1", "file_denylist": []string{"*.secret", "locked/"}}
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}, mutate: mutate})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s}, mutate: mutate})
 	if err := os.WriteFile(filepath.Join(n.dataDir(signedServer), "hello.txt"), []byte("hello, world\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func b64url(s string) string {
 
 func TestDownloadBackup(t *testing.T) {
 	other := uuid.NewString()
-	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
 	writeFiles(t, n.serverDir(backupServer), map[string]string{"world/level.dat": "level"})
 	id := newBackupID()
 	st := n.backup(id, "local", "")

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // assertAnswersEveryFace is the hostile-user tests' check that an attack
@@ -48,12 +50,10 @@ func (n *node) assertAnswersEveryFace(t *testing.T, server string) {
 	// seconds of a node's life is not the attack's doing, so it is retried.
 	var conn net.Conn
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	wait.Until(5*time.Second, func() bool {
 		conn, err = net.DialTimeout("tcp", n.sftpAddr(), 5*time.Second)
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return err == nil || !errors.Is(err, syscall.ECONNREFUSED)
+	})
 	if err != nil {
 		t.Fatalf("SFTP listener after the attack: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // A transfer carries the backups the panel selected and the install log,
@@ -212,12 +213,8 @@ func TestTransferRefusesHostileBackupParts(t *testing.T) {
 			t.Fatalf("attempt %d without a backup checksum: %d", i, status)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Target.openFDs() > fdsBefore+4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("descriptors: %d before the attack, %d after", fdsBefore, c.Target.openFDs())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return c.Target.openFDs() <= fdsBefore+4 }) {
+		t.Fatalf("descriptors: %d before the attack, %d after", fdsBefore, c.Target.openFDs())
 	}
 	nothingLeft()
 

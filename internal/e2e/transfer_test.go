@@ -17,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -47,13 +48,7 @@ func (c *cluster) startTransfer(id string) {
 func (n *node) waitDaemonLog(re string, timeout time.Duration) {
 	n.t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(timeout)
-	for !rx.MatchString(n.log.String()) {
-		if time.Now().After(deadline) {
-			n.t.Fatalf("log never matched %q within %s\n%s", re, timeout, n.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(n.t, timeout, func() bool { return rx.MatchString(n.log.String()) }, "the log to match %q\n%s", re, n.log)
 }
 
 // statuses returns the transfer statuses the node published for id, in order.
@@ -68,12 +63,8 @@ func (n *node) statuses(id string) []string {
 
 func (c *cluster) waitReports(n *node, id string, want []string, timeout time.Duration) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !slices.Equal(c.reports(n, id), want) {
-		if time.Now().After(deadline) {
-			n.t.Fatalf("reports %v, want %v\nSOURCE:\n%s\nTARGET:\n%s", c.reports(n, id), want, c.Source.log, c.Target.log)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !wait.Until(timeout, func() bool { return slices.Equal(c.reports(n, id), want) }) {
+		n.t.Fatalf("reports %v, want %v\nSOURCE:\n%s\nTARGET:\n%s", c.reports(n, id), want, c.Source.log, c.Target.log)
 	}
 }
 
@@ -90,17 +81,15 @@ func (n *node) assertUsable(id string) {
 // assertGone: the node has neither the server nor its files.
 func (n *node) assertGone(id string) {
 	n.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var code int
+	var err error
+	if !wait.Until(15*time.Second, func() bool {
 		res, _ := n.request("GET", "/api/servers/"+id, nil, "")
-		_, err := os.Lstat(n.dataDir(id))
-		if res.StatusCode == 404 && os.IsNotExist(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("server still on the node: GET %d, files: %v", res.StatusCode, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		code = res.StatusCode
+		_, err = os.Lstat(n.dataDir(id))
+		return code == 404 && os.IsNotExist(err)
+	}) {
+		n.t.Fatalf("server still on the node: GET %d, files: %v", code, err)
 	}
 }
 

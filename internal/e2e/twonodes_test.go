@@ -18,6 +18,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/testimages"
 )
 
 // Two daemons sharing one fake panel, as two nodes of one deployment. Each
@@ -75,6 +76,7 @@ func startCluster(t *testing.T, servers []devpanel.Server, mutate func(name stri
 
 func startClusterNode(t *testing.T, name, panelURL string, a *assignment, mutate func(string, *config.Config)) *node {
 	t.Helper()
+	testimages.RequireDocker(t)
 	c, cfgPath := clusterConfig(t, name, panelView(t, panelURL, name, a).URL, mutate)
 	n := &node{
 		t: t, URL: "http://127.0.0.1:" + strconv.Itoa(c.API.Port), Token: clusterToken, Config: c,

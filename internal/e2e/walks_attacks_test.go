@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/testutil/wait"
 
 	"github.com/wharf/wharf/internal/devpanel"
 )
@@ -180,12 +181,8 @@ func TestWalksOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 	}
 
 	// The walks gave back every descriptor they took.
-	deadline := time.Now().Add(20 * time.Second)
-	for n.openFDs() > before+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the daemon holds %d descriptors after the walks, %d before", n.openFDs(), before)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !wait.Until(20*time.Second, func() bool { return n.openFDs() <= before+2 }) {
+		t.Fatalf("the daemon holds %d descriptors after the walks, %d before", n.openFDs(), before)
 	}
 	n.assertAnswersEveryFace(t, filesServer)
 }
@@ -279,10 +276,8 @@ func TestWalksThatCannotReadTheTreeFail(t *testing.T) {
 		t.Errorf("a failed backup left archives behind: %v", left)
 	}
 	// The log reaches the test through a pipe: it may trail the panel call.
-	log := n.log.String()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(log, "backup failed") && time.Now().Before(deadline); log = n.log.String() {
-		time.Sleep(50 * time.Millisecond)
-	}
+	var log string
+	wait.Until(10*time.Second, func() bool { log = n.log.String(); return strings.Contains(log, "backup failed") })
 	if !strings.Contains(log, "backup failed") || !strings.Contains(log, "/d/d/d/") {
 		i := strings.Index(log, "backup failed")
 		t.Errorf("the node's log does not name the path the backup could not read:\n%.2000s", log[max(i, 0):])
@@ -348,13 +343,8 @@ func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 			c.Source.limitFDs(t, daemonFDLimit)
 
 			c.startTransfer(id)
-			deadline := time.Now().Add(3 * time.Minute)
-			for len(c.reports(c.Target, id))+len(c.reports(c.Source, id)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("no transfer outcome within 3 minutes\nSOURCE:\n%s\nTARGET:\n%s", c.Source.log, c.Target.log)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			wait.For(t, 3*time.Minute, func() bool { return len(c.reports(c.Target, id))+len(c.reports(c.Source, id)) > 0 },
+				"a transfer outcome\nSOURCE:\n%s\nTARGET:\n%s", c.Source.log, c.Target.log)
 			reports := append(c.reports(c.Source, id), c.reports(c.Target, id)...)
 			t.Logf("reports: %v", reports)
 			owner := c.Source

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -239,14 +241,14 @@ func TestWebsocketLimits(t *testing.T) {
 		t.Fatalf("1 MB frame: closed with %d, want 1009", code)
 	}
 	// Its slot is free again.
-	waitFor(t, 5*time.Second, func() bool {
+	wait.For(t, 5*time.Second, func() bool {
 		w, _, err := n.dialWS(t, wsServerA, "")
 		if err == nil {
 			socks[0] = w
 			w.startReading()
 		}
 		return err == nil
-	})
+	}, "the closed socket's slot to be free again")
 
 	// Inbound flood: 40 messages at once.
 	w := socks[1]
@@ -266,17 +268,6 @@ func TestWebsocketLimits(t *testing.T) {
 	}
 	w.send("send stats")
 	w.expect("stats", 5*time.Second, nil)
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestWebsocketTokenExpiry: `token expiring` comes a minute before exp (at
@@ -331,7 +322,7 @@ func TestWebsocketPanelConsoleDaemonRestart(t *testing.T) {
 	p := n.openPanelConsole(t, wsServerA, mint(), mint)
 	p.waitAuthed(5 * time.Second)
 	n.stop()
-	waitFor(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed })
+	wait.For(t, 5*time.Second, func() bool { authed, _, _ := p.state(); return !authed }, "the session to drop its authentication")
 	n.restart()
 	start := time.Now()
 	// The stored token was issued before the boot: the daemon's answer must
@@ -374,7 +365,14 @@ func TestWebsocketPanelConsoleSuspended(t *testing.T) {
 func TestWebsocketConsole(t *testing.T) {
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
-	n := startWSNode(t, func(c *config.Config) { c.System.ActivitySendInterval = 1 })
+	const metricsTok = "e2e-scrape-token-0123456789"
+	metricsPort := freePort(t)
+	n := startWSNode(t, func(c *config.Config) {
+		c.System.ActivitySendInterval = 1
+		c.Metrics = config.Metrics{BindAddress: fmt.Sprintf("127.0.0.1:%d", metricsPort), Token: metricsTok}
+		// A blocked write is given 2 s instead of 10 s.
+		c.Testing.WebsocketWriteTimeoutMS = 2000
+	})
 	// The daemon leaves containers running when it stops: delete the
 	// server (and its container) whatever the outcome.
 	t.Cleanup(func() { n.request("DELETE", "/api/servers/"+wsServerA, nil, "") })
@@ -451,10 +449,12 @@ func TestWebsocketConsole(t *testing.T) {
 	if st := n.details(wsServerA)["state"]; st != "running" {
 		t.Fatalf("the flood changed the state to %v", st)
 	}
-	// The daemon gives a blocked write 10 s. Reading after that drains
-	// what the kernel buffered, then ends: the socket was closed without
-	// our help. (Reading earlier would let the session catch up.)
-	time.Sleep(12 * time.Second)
+	// The daemon gives a blocked write 2 s here (testing knob; 10 s in
+	// production), then drops the session. Reading after that drains what
+	// the kernel buffered, then ends: the socket was closed without our
+	// help. (Reading earlier would let the session catch up.)
+	wait.For(t, 40*time.Second, func() bool { return scrapeGauge(metricsPort, metricsTok, "wharf_websocket_sessions") == "2" },
+		"the daemon to drop the non-reading client (2 sessions left)\n%s", n.log)
 	idleErr := make(chan error, 1)
 	go func() {
 		for {
@@ -492,10 +492,10 @@ func TestWebsocketConsole(t *testing.T) {
 	}
 
 	// Activity: the power actions and the commands reached the backend.
-	waitFor(t, 10*time.Second, func() bool {
+	wait.For(t, 10*time.Second, func() bool {
 		got := activityEvents(n)
 		return got["server:power.start"] && got["server:power.stop"] && got["server:console.command:echo hello-from-ws"]
-	})
+	}, "the power actions and the command in the backend's activity")
 	if got := activityEvents(n); got["server:power.restart"] {
 		t.Fatal("a refused action was recorded as activity")
 	}

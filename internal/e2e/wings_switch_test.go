@@ -24,6 +24,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // wingsNode is a node in the state Wings leaves it when it is stopped: its
@@ -214,14 +215,12 @@ func TestSwitchFromWings(t *testing.T) {
 	ws.expect("console output", 15*time.Second, func(a string) bool { return strings.Contains(a, "hello-from-wharf") })
 	n.command(s, "echo via-http")
 	n.waitLog(s, "via-http")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		u := n.details(s)["utilization"].(map[string]any)
-		if u["memory_bytes"].(float64) > 0 && u["uptime"].(float64) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stats for the re-attached container: %v", u)
-		}
+	var u map[string]any
+	if !wait.Until(30*time.Second, func() bool {
+		u = n.details(s)["utilization"].(map[string]any)
+		return u["memory_bytes"].(float64) > 0 && u["uptime"].(float64) > 0
+	}) {
+		t.Fatalf("no stats for the re-attached container: %v", u)
 	}
 
 	// Power: stop, then restore Wings' backup, then start again.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -399,14 +400,7 @@ func (p *panelConsole) String() string {
 // waitAuthed fails unless the console is authenticated within d.
 func (p *panelConsole) waitAuthed(d time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if authed, _, _ := p.state(); authed {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.t.Fatalf("the panel's console is not authenticated within %s: %s", d, p)
+	wait.For(p.t, d, func() bool { authed, _, _ := p.state(); return authed }, "the panel's console to authenticate: %s", p)
 }
 
 // waitGivenUp fails unless the console's socket is closed for good (a
@@ -414,19 +408,13 @@ func (p *panelConsole) waitAuthed(d time.Duration) {
 // opened in the following stay.
 func (p *panelConsole) waitGivenUp(d, stay time.Duration) websocket.StatusCode {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		_, final, opens := p.state()
-		if final != 0 {
-			time.Sleep(stay)
-			if _, _, after := p.state(); after != opens {
-				p.t.Fatalf("the console reopened its socket: %s", p)
-			}
-			return final
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("the panel's console still reconnects after %s: %s", d, p)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var final websocket.StatusCode
+	var opens int
+	wait.For(p.t, d, func() bool { _, final, opens = p.state(); return final != 0 }, "the panel's console to give up: %s", p)
+	// Nothing to wait for: the check is that nothing happens for stay.
+	time.Sleep(stay)
+	if _, _, after := p.state(); after != opens {
+		p.t.Fatalf("the console reopened its socket: %s", p)
 	}
+	return final
 }

@@ -332,9 +332,15 @@ func (r *Runtime) Remove(_ context.Context, name, _ string) error {
 	return nil
 }
 
-// EnsureNetwork reports an existing bridge network.
-func (r *Runtime) EnsureNetwork(context.Context, runtime.NetworkSpec) (runtime.NetworkInfo, error) {
-	return runtime.NetworkInfo{Driver: "bridge"}, nil
+// EnsureNetwork reports an existing network as the spec asks for it (a
+// bridge when no driver is named), so that a daemon on the fake runtime
+// keeps its configured network settings.
+func (r *Runtime) EnsureNetwork(_ context.Context, spec runtime.NetworkSpec) (runtime.NetworkInfo, error) {
+	driver := spec.Driver
+	if driver == "" {
+		driver = "bridge"
+	}
+	return runtime.NetworkInfo{Driver: driver, IPv4Subnet: spec.IPv4Subnet, IPv4Gate: spec.IPv4Gate}, nil
 }
 
 // stream is an attachment: the output of one run and the process's stdin.
