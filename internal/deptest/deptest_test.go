@@ -18,8 +18,14 @@ type pkg struct {
 	deps    []string // every package it depends on, transitively
 }
 
-// dockerSDK is the prefix of the Docker SDK's packages.
-const dockerSDK = "github.com/docker/docker/"
+// dockerSDKs are the prefixes of the Docker SDK's packages: the maintained
+// client and API modules, and the frozen module they replaced.
+var dockerSDKs = []string{"github.com/moby/moby/", "github.com/docker/docker/"}
+
+// isDockerSDK reports whether imp is a package of the Docker SDK.
+func isDockerSDK(imp string) bool {
+	return slices.ContainsFunc(dockerSDKs, func(prefix string) bool { return strings.HasPrefix(imp, prefix) })
+}
 
 // mayImportDocker lists the packages allowed to import the Docker SDK
 // directly: the runtime that drives the engine, and the builders of the
@@ -48,7 +54,7 @@ func violations(pkgs []pkg) []string {
 	for _, p := range pkgs {
 		if !mayImportDocker(p.path) {
 			for _, imp := range p.imports {
-				if strings.HasPrefix(imp, dockerSDK) {
+				if isDockerSDK(imp) {
 					out = append(out, p.path+" imports the Docker SDK ("+imp+"): go through internal/runtime")
 				}
 			}
@@ -110,10 +116,10 @@ func TestDependencies(t *testing.T) {
 func TestViolationsFound(t *testing.T) {
 	const m = module + "/internal/"
 	pkgs := []pkg{
-		{path: m + "server", imports: []string{"github.com/docker/docker/client"}, deps: []string{m + "transfer", m + "backup"}},
+		{path: m + "server", imports: []string{"github.com/moby/moby/client"}, deps: []string{m + "transfer", m + "backup"}},
 		{path: m + "backup", deps: []string{m + "httpapi"}},
-		{path: m + "runtime/docker", imports: []string{"github.com/docker/docker/client"}},
-		{path: m + "testutil/testimages", imports: []string{"github.com/docker/docker/client"}},
+		{path: m + "runtime/docker", imports: []string{"github.com/moby/moby/client"}},
+		{path: m + "testutil/testimages", imports: []string{"github.com/moby/moby/client"}},
 		{path: m + "daemon", deps: []string{m + "httpapi"}},
 	}
 	got := violations(pkgs)

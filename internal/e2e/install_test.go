@@ -47,7 +47,7 @@ func TestInstallSuccess(t *testing.T) {
 	cli := testimages.Client(t)
 	var seen bool
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !seen; time.Sleep(100 * time.Millisecond) {
-		info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		info, err := engineInspect(context.Background(), cli, s.UUID+"_installer")
 		if err != nil {
 			continue
 		}
@@ -93,7 +93,7 @@ func TestInstallSuccess(t *testing.T) {
 		t.Fatalf("tmp directory after install: %v %v", entries, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer"); err != nil {
+		if _, err := engineInspect(context.Background(), cli, s.UUID+"_installer"); err != nil {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -25,7 +27,7 @@ func TestRestartKill9Reattaches(t *testing.T) {
 	n.power(s.UUID, "start")
 	n.waitState(s.UUID, "running", 60*time.Second)
 	cli := testimages.Client(t)
-	before, err := cli.ContainerInspect(context.Background(), s.UUID)
+	before, err := engineInspect(context.Background(), cli, s.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +38,7 @@ func TestRestartKill9Reattaches(t *testing.T) {
 	if st := n.details(s.UUID)["state"]; st != "running" {
 		t.Fatalf("state after restart: %v", st)
 	}
-	after, err := cli.ContainerInspect(context.Background(), s.UUID)
+	after, err := engineInspect(context.Background(), cli, s.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestRestartAfterHostRebootStartsServer(t *testing.T) {
 	n.waitState(s.UUID, "running", 60*time.Second)
 	n.kill9()
 	cli := testimages.Client(t)
-	if err := cli.ContainerKill(context.Background(), s.UUID, "SIGKILL"); err != nil {
+	if _, err := cli.ContainerKill(context.Background(), s.UUID, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
 		t.Fatal(err)
 	}
 	n.restart()
@@ -114,7 +116,7 @@ func TestRestartKill9DuringInstall(t *testing.T) {
 	}
 	cli := testimages.Client(t)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer"); err == nil && info.State.Running {
+		if info, err := engineInspect(context.Background(), cli, s.UUID+"_installer"); err == nil && info.State.Running {
 			break
 		}
 		if time.Now().After(deadline) {

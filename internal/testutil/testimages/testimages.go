@@ -17,7 +17,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/devimage"
 )
