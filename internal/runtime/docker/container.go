@@ -60,9 +60,66 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 	if hostname == "" {
 		hostname = spec.Name
 	}
+	exposed, bindings, err := portBindings(spec.Ports)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	cfg := &container.Config{
+		Hostname:     hostname,
+		Domainname:   spec.Domainname,
+		User:         spec.User,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Tty:          true,
+		OpenStdin:    true,
+		StdinOnce:    false,
+		Env:          spec.Env,
+		Cmd:          spec.Cmd,
+		Entrypoint:   spec.Entrypoint,
+		Image:        spec.Image,
+		Labels:       spec.Labels,
+	}
+	if len(exposed) > 0 {
+		cfg.ExposedPorts = exposed
+	}
+
+	mounts := make([]mount.Mount, 0, len(spec.Mounts))
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	dns, err := dnsServers(spec.DNS)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	hostCfg := &container.HostConfig{
+		PortBindings: bindings,
+		Mounts:       mounts,
+		Tmpfs:        spec.Tmpfs,
+		DNS:          dns,
+		NetworkMode:  container.NetworkMode(spec.Network),
+		UsernsMode:   container.UsernsMode(spec.UsernsMode),
+		Resources:    resources(spec.Limits, false),
+	}
+	if spec.LogConfig.Type != "" {
+		hostCfg.LogConfig = container.LogConfig{Type: spec.LogConfig.Type, Config: spec.LogConfig.Config}
+	}
+	if spec.Hardened {
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
+		hostCfg.ReadonlyRootfs = true
+		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
+	}
+	return cfg, hostCfg, nil
+}
+
+// portBindings exposes and binds each port (on its host address) once; the
+// engine's API types hold the port and the address parsed.
+func portBindings(ports []runtime.PortBinding) (network.PortSet, network.PortMap, error) {
 	exposed := network.PortSet{}
 	bindings := network.PortMap{}
-	for _, p := range spec.Ports {
+	for _, p := range ports {
 		proto := strings.ToLower(p.Protocol)
 		if proto == "" {
 			proto = "tcp"
@@ -92,58 +149,21 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 			bindings[port] = append(bindings[port], b)
 		}
 	}
+	return exposed, bindings, nil
+}
 
-	cfg := &container.Config{
-		Hostname:     hostname,
-		Domainname:   spec.Domainname,
-		User:         spec.User,
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		Tty:          true,
-		OpenStdin:    true,
-		StdinOnce:    false,
-		Env:          spec.Env,
-		Cmd:          spec.Cmd,
-		Entrypoint:   spec.Entrypoint,
-		Image:        spec.Image,
-		Labels:       spec.Labels,
-	}
-	if len(exposed) > 0 {
-		cfg.ExposedPorts = exposed
-	}
-
-	mounts := make([]mount.Mount, 0, len(spec.Mounts))
-	for _, m := range spec.Mounts {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-	}
+// dnsServers parses the DNS server addresses (the engine's API type holds
+// them parsed); none is nil, so that the image's resolver is kept.
+func dnsServers(servers []string) ([]netip.Addr, error) {
 	var dns []netip.Addr
-	for _, d := range spec.DNS {
+	for _, d := range servers {
 		ip, err := netip.ParseAddr(d)
 		if err != nil {
-			return nil, nil, fmt.Errorf("dns server %q: %w", d, err)
+			return nil, fmt.Errorf("dns server %q: %w", d, err)
 		}
 		dns = append(dns, ip)
 	}
-
-	hostCfg := &container.HostConfig{
-		PortBindings: bindings,
-		Mounts:       mounts,
-		Tmpfs:        spec.Tmpfs,
-		DNS:          dns,
-		NetworkMode:  container.NetworkMode(spec.Network),
-		UsernsMode:   container.UsernsMode(spec.UsernsMode),
-		Resources:    resources(spec.Limits, false),
-	}
-	if spec.LogConfig.Type != "" {
-		hostCfg.LogConfig = container.LogConfig{Type: spec.LogConfig.Type, Config: spec.LogConfig.Config}
-	}
-	if spec.Hardened {
-		hostCfg.SecurityOpt = []string{"no-new-privileges"}
-		hostCfg.ReadonlyRootfs = true
-		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
-	}
-	return cfg, hostCfg, nil
+	return dns, nil
 }
 
 // resources maps Limits onto the engine's resources. For an update, zero

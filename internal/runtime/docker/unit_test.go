@@ -178,3 +178,17 @@ func TestNetworkCreateOptionsParsesAddresses(t *testing.T) {
 		t.Errorf("withV4=false: %v", err)
 	}
 }
+
+// DNS servers go to the engine parsed; a malformed one is an error here.
+func TestContainerConfigDNS(t *testing.T) {
+	_, hc, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", DNS: []string{"1.1.1.1", "2606:4700:4700::1111"}})
+	if err != nil || len(hc.DNS) != 2 || hc.DNS[1].String() != "2606:4700:4700::1111" {
+		t.Fatalf("DNS %v, %v", hc, err)
+	}
+	if _, hc, _ := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i"}); hc.DNS != nil {
+		t.Errorf("no DNS servers = %v, want nil (the image's resolver)", hc.DNS)
+	}
+	if _, _, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", DNS: []string{"dns.example"}}); err == nil {
+		t.Error("a host name as DNS server: no error")
+	}
+}
