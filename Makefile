@@ -34,6 +34,8 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	staticcheck ./...
+	@# go.mod and go.sum must be what "go mod tidy" makes of them.
+	$(GO) mod tidy -diff
 
 # Every fuzz target, each for a short bounded time (CI runs this too). A run that fails
 # without writing a failing input is the fuzzing engine's own time-out under load, not a

@@ -31,9 +31,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/build"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/client"
 )
 
 const (
@@ -63,17 +62,16 @@ type Client = client.Client
 // NewClient returns a Docker client (environment settings, API version
 // negotiated) after checking that the engine answers.
 func NewClient(ctx context.Context) (*client.Client, error) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return nil, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(pctx); err != nil {
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("ping %s: %w", cli.DaemonHost(), err)
 	}
-	cli.NegotiateAPIVersion(pctx)
 	return cli, nil
 }
 
@@ -210,7 +208,7 @@ func ensureImage(ctx context.Context, cli *client.Client, tag, dockerfile string
 	}
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	resp, err := cli.ImageBuild(bctx, buildCtx, build.ImageBuildOptions{
+	resp, err := cli.ImageBuild(bctx, buildCtx, client.ImageBuildOptions{
 		Tags:        []string{tag},
 		Labels:      map[string]string{hashLabel: sum},
 		Remove:      true,
@@ -231,7 +229,7 @@ func ensureImage(ctx context.Context, cli *client.Client, tag, dockerfile string
 	// rebuilds after a source change do not pile up dangling images.
 	if oldID != "" {
 		if insp, err := cli.ImageInspect(ctx, tag); err == nil && insp.ID != oldID {
-			_, _ = cli.ImageRemove(ctx, oldID, image.RemoveOptions{PruneChildren: true})
+			_, _ = cli.ImageRemove(ctx, oldID, client.ImageRemoveOptions{PruneChildren: true})
 		}
 	}
 	return nil

@@ -48,7 +48,7 @@ func TestInstallSuccess(t *testing.T) {
 	cli := testimages.Client(t)
 	var seen bool
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !seen; time.Sleep(100 * time.Millisecond) {
-		info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		info, err := engineInspect(context.Background(), cli, s.UUID+"_installer")
 		if err != nil {
 			continue
 		}
@@ -94,7 +94,7 @@ func TestInstallSuccess(t *testing.T) {
 		t.Fatalf("tmp directory after install: %v %v", entries, err)
 	}
 	wait.For(t, 10*time.Second, func() bool {
-		_, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		_, err := engineInspect(context.Background(), cli, s.UUID+"_installer")
 		return err != nil
 	}, "the installer container to be removed")
 

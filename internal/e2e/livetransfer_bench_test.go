@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -80,7 +80,7 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 		id = "7b0000b1-0000-4000-8000-0000000000b2"
 	}
 	removeContainer := func() {
-		_ = testimages.Client(b).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
+		_, _ = testimages.Client(b).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 	}
 	removeContainer() // the target's, from the previous iteration
 	b.Cleanup(removeContainer)

@@ -123,7 +123,7 @@ func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	if got := c.reports(c.Source, id); len(got) != 0 {
 		t.Fatalf("the source reported %v", got)
 	}
-	ci, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	ci, err := engineInspect(context.Background(), testimages.Client(t), id)
 	if err != nil || ci.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
 		t.Fatalf("target container: %v", err)
 	}

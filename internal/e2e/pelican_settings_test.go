@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -37,7 +37,7 @@ func (n *node) startRunning(servers ...devpanel.Server) {
 
 func inspectContainer(t *testing.T, id string) container.InspectResponse {
 	t.Helper()
-	info, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	info, err := engineInspect(context.Background(), testimages.Client(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +51,11 @@ func execIn(t *testing.T, id string, cmd ...string) (string, int) {
 	cli := testimages.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	hr, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func execIn(t *testing.T, id string, cmd ...string) (string, int) {
 	if _, err := stdcopy.StdCopy(&out, &out, hr.Reader); err != nil {
 		t.Fatal(err)
 	}
-	st, err := cli.ContainerExecInspect(ctx, ex.ID)
+	st, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +150,8 @@ func TestPelicanForceOutgoingIP(t *testing.T) {
 	nwName := "ip-" + strings.ReplaceAll(ip, ".", "-")
 	cli := testimages.Client(t)
 	// Registered first, so it runs after the containers' removal.
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.Background(), nwName) })
-	_ = cli.NetworkRemove(context.Background(), nwName) // a leftover of an earlier run
+	t.Cleanup(func() { _, _ = cli.NetworkRemove(context.Background(), nwName, client.NetworkRemoveOptions{}) })
+	_, _ = cli.NetworkRemove(context.Background(), nwName, client.NetworkRemoveOptions{}) // a leftover of an earlier run
 
 	forced, plain := newGameServer(t), newGameServer(t)
 	port := freePort(t)
@@ -168,10 +168,11 @@ func TestPelicanForceOutgoingIP(t *testing.T) {
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{forced, plain}})
 	n.startRunning(forced, plain)
 
-	nw, err := cli.NetworkInspect(context.Background(), nwName, network.InspectOptions{})
+	nwRes, err := cli.NetworkInspect(context.Background(), nwName, client.NetworkInspectOptions{})
 	if err != nil {
 		t.Fatalf("the per-IP network %s: %v", nwName, err)
 	}
+	nw := nwRes.Network
 	if nw.Options["com.docker.network.host_ipv4"] != ip || nw.Driver != "bridge" {
 		t.Errorf("network %s: driver %q options %v", nwName, nw.Driver, nw.Options)
 	}

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
 	"github.com/google/uuid"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -140,7 +140,7 @@ func TestPelicanNodeEndpoints(t *testing.T) {
 		} `json:"system"`
 	}
 	getJSON(t, n, "/api/system?v=2", &v2)
-	sv, err := testimages.Client(t).ServerVersion(context.Background())
+	sv, err := testimages.Client(t).ServerVersion(context.Background(), client.ServerVersionOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,20 +192,20 @@ func TestPruneRemovesOnlyUnusedDanglingImages(t *testing.T) {
 	id := strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	unusedTag, inUseTag := "wharf-e2e-prune-"+id+":unused", "wharf-e2e-prune-"+id+":inuse"
 
-	src, err := cli.ContainerCreate(ctx, &container.Config{Image: testimages.GameServerTag}, nil, nil, nil, "wharf-e2e-prune-src-"+id)
+	src, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: testimages.GameServerTag}, Name: "wharf-e2e-prune-src-" + id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var made []string
 	t.Cleanup(func() {
-		_ = cli.ContainerRemove(ctx, src.ID, containerRemoveForce)
+		_, _ = cli.ContainerRemove(ctx, src.ID, containerRemoveForce)
 		for _, img := range made {
-			_, _ = cli.ImageRemove(ctx, img, image.RemoveOptions{Force: true, PruneChildren: true})
+			_, _ = cli.ImageRemove(ctx, img, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 		}
 	})
 	commit := func(tag, label string) string {
 		t.Helper()
-		r, err := cli.ContainerCommit(ctx, src.ID, container.CommitOptions{Reference: tag, Changes: []string{"LABEL wharf.e2e.prune=" + label}})
+		r, err := cli.ContainerCommit(ctx, src.ID, client.ContainerCommitOptions{Reference: tag, Changes: []string{"LABEL wharf.e2e.prune=" + label}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -69,7 +69,7 @@ func TestQuotasWithoutKernelSupportSayWhyAndChangeNothing(t *testing.T) {
 func removeContainersNow(t *testing.T, id string) {
 	cli := testimages.Client(t)
 	for _, name := range []string{id, id + "_installer"} {
-		_ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
+		_, _ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
 	}
 }
 

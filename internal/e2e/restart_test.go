@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -26,7 +28,7 @@ func TestRestartKill9Reattaches(t *testing.T) {
 	n.power(s.UUID, "start")
 	n.waitState(s.UUID, "running", 60*time.Second)
 	cli := testimages.Client(t)
-	before, err := cli.ContainerInspect(context.Background(), s.UUID)
+	before, err := engineInspect(context.Background(), cli, s.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestRestartKill9Reattaches(t *testing.T) {
 	if st := n.details(s.UUID)["state"]; st != "running" {
 		t.Fatalf("state after restart: %v", st)
 	}
-	after, err := cli.ContainerInspect(context.Background(), s.UUID)
+	after, err := engineInspect(context.Background(), cli, s.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestRestartAfterHostRebootStartsServer(t *testing.T) {
 	n.waitState(s.UUID, "running", 60*time.Second)
 	n.kill9()
 	cli := testimages.Client(t)
-	if err := cli.ContainerKill(context.Background(), s.UUID, "SIGKILL"); err != nil {
+	if _, err := cli.ContainerKill(context.Background(), s.UUID, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
 		t.Fatal(err)
 	}
 	n.restart()
@@ -113,7 +115,7 @@ func TestRestartKill9DuringInstall(t *testing.T) {
 	}
 	cli := testimages.Client(t)
 	wait.For(t, 30*time.Second, func() bool {
-		info, err := cli.ContainerInspect(context.Background(), s.UUID+"_installer")
+		info, err := engineInspect(context.Background(), cli, s.UUID+"_installer")
 		return err == nil && info.State.Running
 	}, "the installer to run\n%s", n.log)
 	n.assertRefusedPower(s.UUID, "installing")

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/google/uuid"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -30,7 +31,7 @@ func removeContainersAtCleanup(t *testing.T, id string) {
 	cli := testimages.Client(t)
 	t.Cleanup(func() {
 		for _, name := range []string{id, id + "_installer"} {
-			_ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
+			_, _ = cli.ContainerRemove(context.Background(), name, containerRemoveForce)
 		}
 	})
 }
@@ -64,4 +65,11 @@ func (n *node) waitLog(id, substr string) []string {
 	return lines
 }
 
-var containerRemoveForce = container.RemoveOptions{Force: true, RemoveVolumes: true}
+var containerRemoveForce = client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}
+
+// engineInspect asks the engine directly about a container (the client's
+// result wrapped around it dropped).
+func engineInspect(ctx context.Context, cli *client.Client, name string) (container.InspectResponse, error) {
+	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	return res.Container, err
+}

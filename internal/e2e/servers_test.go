@@ -67,7 +67,7 @@ func TestServersEnvironmentAndLimits(t *testing.T) {
 		t.Errorf("a number rendered with %%f:\n%s", lines)
 	}
 
-	info, err := testimages.Client(t).ContainerInspect(context.Background(), s.UUID)
+	info, err := engineInspect(context.Background(), testimages.Client(t), s.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestServersEnvironmentAndLimits(t *testing.T) {
 	var bound []string
 	for p, bs := range hc.PortBindings {
 		for _, b := range bs {
-			bound = append(bound, string(p)+"@"+b.HostIP+":"+b.HostPort)
+			bound = append(bound, p.String()+"@"+b.HostIP.String()+":"+b.HostPort)
 		}
 	}
 	if len(bound) != 2 || !strings.Contains(strings.Join(bound, " "), "25599/tcp@127.0.0.1:25599") || !strings.Contains(strings.Join(bound, " "), "25599/udp@127.0.0.1:25599") {
@@ -243,7 +243,7 @@ func TestServersDelete(t *testing.T) {
 	if res, body := n.request("DELETE", "/api/servers/"+s.UUID, nil, ""); res.StatusCode != 204 {
 		t.Fatalf("delete: %d %s", res.StatusCode, body)
 	}
-	if _, err := testimages.Client(t).ContainerInspect(context.Background(), s.UUID); !cerrdefs.IsNotFound(err) {
+	if _, err := engineInspect(context.Background(), testimages.Client(t), s.UUID); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("container after delete: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(n.Config.System.Data, s.UUID)); !os.IsNotExist(err) {

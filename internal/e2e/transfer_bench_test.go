@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -89,7 +89,7 @@ func BenchmarkTransfer1GiB(b *testing.B) {
 	testimages.GameServer(context.Background(), b)
 	b.Cleanup(func() {
 		for _, c := range []string{id, idAlone} {
-			_ = testimages.Client(b).ContainerRemove(context.Background(), c, container.RemoveOptions{Force: true})
+			_, _ = testimages.Client(b).ContainerRemove(context.Background(), c, client.ContainerRemoveOptions{Force: true})
 		}
 	})
 	// Totals over all runs: the figures are total bytes over total time.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -97,7 +97,7 @@ func transferServer(t *testing.T, id string) devpanel.Server {
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
 	t.Cleanup(func() {
-		_ = testimages.Client(t).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
+		_, _ = testimages.Client(t).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 	})
 	return gameServer(id)
 }
@@ -156,7 +156,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 	if res, body := c.Target.request("GET", "/api/servers/"+id, nil, ""); res.StatusCode != 200 {
 		t.Fatalf("target GET: %d %s", res.StatusCode, body)
 	}
-	ci, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	ci, err := engineInspect(context.Background(), testimages.Client(t), id)
 	if err != nil || !strings.Contains(strings.Join(ci.Config.Env, " "), "MAX_PLAYERS=20") || ci.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
 		t.Fatalf("target container: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 	// name) alone, and the server keeps running on the target.
 	c.Target.power(id, "start")
 	c.Target.waitLog(id, "Done (")
-	running, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	running, err := engineInspect(context.Background(), testimages.Client(t), id)
 	if err != nil || running.Config.Labels["NodeUUID"] != c.Target.Config.UUID {
 		t.Fatalf("the target's container after a start: %v", err)
 	}
@@ -200,7 +200,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 	}
 	c.Source.assertGone(id)
 	c.Source.waitDaemonLog(`level=WARN msg="leaving the container alone: it belongs to another node" server=`+id+` container=`+id+` node=`+c.Target.Config.UUID, 10*time.Second)
-	after, err := testimages.Client(t).ContainerInspect(context.Background(), id)
+	after, err := engineInspect(context.Background(), testimages.Client(t), id)
 	if err != nil || after.ID != running.ID || after.State == nil || !after.State.Running {
 		t.Fatalf("the target's container after the delete on the source: %v", err)
 	}
@@ -289,7 +289,7 @@ func TestTransferChecksumMismatch(t *testing.T) {
 	c.Target.waitDaemonLog(`checksums don't match`, 10*time.Second)
 	c.Target.assertGone(id)
 	c.Source.assertUsable(id)
-	if _, err := testimages.Client(t).ContainerInspect(context.Background(), id); err == nil {
+	if _, err := engineInspect(context.Background(), testimages.Client(t), id); err == nil {
 		t.Fatal("a container was created for a refused transfer")
 	}
 }
@@ -426,7 +426,7 @@ func TestTransferSourceKilled(t *testing.T) {
 	c.waitReports(c.Target, id, []string{"failure"}, 30*time.Second)
 	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=failed`, 10*time.Second)
 	c.Target.assertGone(id)
-	if _, err := testimages.Client(t).ContainerInspect(context.Background(), id); err == nil {
+	if _, err := engineInspect(context.Background(), testimages.Client(t), id); err == nil {
 		t.Fatal("a container exists for a transfer whose source died")
 	}
 	if entries, _ := os.ReadDir(filepath.Join(c.Target.Config.System.RootDirectory, "transfers")); len(entries) != 0 {

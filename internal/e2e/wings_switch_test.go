@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/network"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/config"
@@ -124,32 +124,32 @@ func buildWingsNode(t *testing.T, panelURL string, port int) *wingsNode {
 	}
 
 	// Wings' network and running container.
-	if _, err := cli.NetworkCreate(ctx, w.network, network.CreateOptions{Driver: "bridge"}); err != nil {
+	if _, err := cli.NetworkCreate(ctx, w.network, client.NetworkCreateOptions{Driver: "bridge"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// Runs before newGameServer's cleanup: the container goes first.
-		_ = cli.ContainerRemove(context.Background(), w.server.UUID, containerRemoveForce)
-		if err := cli.NetworkRemove(context.Background(), w.network); err != nil {
+		_, _ = cli.ContainerRemove(context.Background(), w.server.UUID, containerRemoveForce)
+		if _, err := cli.NetworkRemove(context.Background(), w.network, client.NetworkRemoveOptions{}); err != nil {
 			t.Errorf("removing network %s: %v", w.network, err)
 		}
 	})
-	created, err := cli.ContainerCreate(ctx, &container.Config{
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: w.server.UUID, Config: &container.Config{
 		Hostname: w.server.UUID, AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		Tty: true, OpenStdin: true, Image: img,
 		Env:    []string{"STARTUP=gameserver", "SERVER_MEMORY=128", "TZ=UTC"},
 		Labels: map[string]string{"Service": "Pterodactyl", "ContainerType": "server_process"},
-	}, &container.HostConfig{
+	}, HostConfig: &container.HostConfig{
 		Mounts:      []mount.Mount{{Type: mount.TypeBind, Source: dataDir, Target: "/home/container"}},
 		NetworkMode: container.NetworkMode(w.network),
-	}, nil, nil, w.server.UUID)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	info, err := cli.ContainerInspect(ctx, created.ID)
+	info, err := engineInspect(ctx, cli, created.ID)
 	if err != nil || !info.State.Running {
 		t.Fatalf("the Wings container does not run: %v", err)
 	}
@@ -194,7 +194,7 @@ func TestSwitchFromWings(t *testing.T) {
 	// Same container, not restarted, running.
 	n.waitState(s, "running", 30*time.Second)
 	cli := testimages.Client(t)
-	info, err := cli.ContainerInspect(context.Background(), s)
+	info, err := engineInspect(context.Background(), cli, s)
 	if err != nil {
 		t.Fatal(err)
 	}

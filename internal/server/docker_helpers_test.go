@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	dockerclient "github.com/docker/docker/client"
 	"github.com/google/uuid"
+	"github.com/moby/moby/api/types/container"
+	dockerclient "github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -195,7 +196,12 @@ func serverGoroutines() []string {
 	return out
 }
 
-func testimagesClient(t *testing.T) *dockerclient.Client { return testimages.Client(t) }
+// inspectContainer asks the engine directly about a container (not through
+// the runtime, whose State hides the ID).
+func inspectContainer(t *testing.T, name string) (container.InspectResponse, error) {
+	res, err := testimages.Client(t).ContainerInspect(context.Background(), name, dockerclient.ContainerInspectOptions{})
+	return res.Container, err
+}
 
 // holdPowerLock takes the power lock as an action would: until release is
 // called or a kill cancels it. It is released at the end of the test.

@@ -436,8 +436,7 @@ func TestDockerRestoreReattachAndReboot(t *testing.T) {
 		}
 		waitState(t, s, Running)
 	}
-	cli := testimagesClient(t)
-	before, err := cli.ContainerInspect(context.Background(), running.UUID)
+	before, err := inspectContainer(t, running.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +457,7 @@ func TestDockerRestoreReattachAndReboot(t *testing.T) {
 	if s.State() != Running {
 		t.Fatalf("re-attached server state %s", s.State())
 	}
-	after, err := cli.ContainerInspect(context.Background(), running.UUID)
+	after, err := inspectContainer(t, running.UUID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,18 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/pkg/stdcopy"
-	"github.com/docker/go-connections/nat"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/runtime"
@@ -43,8 +44,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error 
 	if err != nil {
 		return fmt.Errorf("docker: create %s: %w", spec.Name, err)
 	}
-	var netCfg *network.NetworkingConfig
-	resp, err := r.cli.ContainerCreate(ctx, cfg, hostCfg, netCfg, nil, spec.Name)
+	resp, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg, Name: spec.Name})
 	if err != nil {
 		return wrap("create", spec.Name, err)
 	}
@@ -60,32 +60,9 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 	if hostname == "" {
 		hostname = spec.Name
 	}
-	exposed := nat.PortSet{}
-	bindings := nat.PortMap{}
-	for _, p := range spec.Ports {
-		proto := strings.ToLower(p.Protocol)
-		if proto == "" {
-			proto = "tcp"
-		}
-		if proto != "tcp" && proto != "udp" {
-			return nil, nil, fmt.Errorf("port %d: protocol %q is not tcp or udp", p.Port, p.Protocol)
-		}
-		if p.Port < 1 || p.Port > 65535 {
-			return nil, nil, fmt.Errorf("port %d out of range", p.Port)
-		}
-		port, err := nat.NewPort(proto, strconv.Itoa(p.Port))
-		if err != nil {
-			return nil, nil, err
-		}
-		exposed[port] = struct{}{}
-		b := nat.PortBinding{HostIP: p.IP, HostPort: strconv.Itoa(p.Port)}
-		dup := false
-		for _, have := range bindings[port] {
-			dup = dup || have == b
-		}
-		if !dup {
-			bindings[port] = append(bindings[port], b)
-		}
+	exposed, bindings, err := portBindings(spec.Ports)
+	if err != nil {
+		return nil, nil, err
 	}
 
 	cfg := &container.Config{
@@ -112,12 +89,16 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
+	dns, err := dnsServers(spec.DNS)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	hostCfg := &container.HostConfig{
 		PortBindings: bindings,
 		Mounts:       mounts,
 		Tmpfs:        spec.Tmpfs,
-		DNS:          spec.DNS,
+		DNS:          dns,
 		NetworkMode:  container.NetworkMode(spec.Network),
 		UsernsMode:   container.UsernsMode(spec.UsernsMode),
 		Resources:    resources(spec.Limits, false),
@@ -138,6 +119,58 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 		hostCfg.SecurityOpt = append(hostCfg.SecurityOpt, "seccomp="+profile)
 	}
 	return cfg, hostCfg, nil
+}
+
+// portBindings exposes and binds each port (on its host address) once; the
+// engine's API types hold the port and the address parsed.
+func portBindings(ports []runtime.PortBinding) (network.PortSet, network.PortMap, error) {
+	exposed := network.PortSet{}
+	bindings := network.PortMap{}
+	for _, p := range ports {
+		proto := strings.ToLower(p.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		if proto != "tcp" && proto != "udp" {
+			return nil, nil, fmt.Errorf("port %d: protocol %q is not tcp or udp", p.Port, p.Protocol)
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, nil, fmt.Errorf("port %d out of range", p.Port)
+		}
+		port, _ := network.PortFrom(uint16(p.Port), network.IPProtocol(proto))
+		exposed[port] = struct{}{}
+		var hostIP netip.Addr
+		if p.IP != "" {
+			ip, err := netip.ParseAddr(p.IP)
+			if err != nil {
+				return nil, nil, fmt.Errorf("port %d: address %q: %w", p.Port, p.IP, err)
+			}
+			hostIP = ip
+		}
+		b := network.PortBinding{HostIP: hostIP, HostPort: strconv.Itoa(p.Port)}
+		dup := false
+		for _, have := range bindings[port] {
+			dup = dup || have == b
+		}
+		if !dup {
+			bindings[port] = append(bindings[port], b)
+		}
+	}
+	return exposed, bindings, nil
+}
+
+// dnsServers parses the DNS server addresses (the engine's API type holds
+// them parsed); none is nil, so that the image's resolver is kept.
+func dnsServers(servers []string) ([]netip.Addr, error) {
+	var dns []netip.Addr
+	for _, d := range servers {
+		ip, err := netip.ParseAddr(d)
+		if err != nil {
+			return nil, fmt.Errorf("dns server %q: %w", d, err)
+		}
+		dns = append(dns, ip)
+	}
+	return dns, nil
 }
 
 // resources maps Limits onto the engine's resources. For an update, zero
@@ -169,7 +202,8 @@ func resources(l runtime.Limits, update bool) container.Resources {
 // Update changes the limits of an existing container in place. Zero fields
 // are left unchanged; the OOM-killer setting cannot change live.
 func (r *Runtime) Update(ctx context.Context, name string, limits runtime.Limits) error {
-	resp, err := r.cli.ContainerUpdate(ctx, name, container.UpdateConfig{Resources: resources(limits, true)})
+	res := resources(limits, true)
+	resp, err := r.cli.ContainerUpdate(ctx, name, client.ContainerUpdateOptions{Resources: &res})
 	if err != nil {
 		return wrap("update", name, err)
 	}
@@ -204,7 +238,7 @@ func (s *stream) Close() error {
 // Attach connects to the container's stdin and combined output. The stream
 // ends (io.EOF) when the container stops, and is closed when ctx ends.
 func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, error) {
-	hr, err := r.cli.ContainerAttach(ctx, name, container.AttachOptions{
+	hr, err := r.cli.ContainerAttach(ctx, name, client.ContainerAttachOptions{
 		Stream: true,
 		Stdin:  true,
 		Stdout: true,
@@ -212,7 +246,7 @@ func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, erro
 	})
 	if err != nil {
 		// A hijack failure does not carry a typed status: ask again.
-		if _, ierr := r.cli.ContainerInspect(ctx, name); cerrdefs.IsNotFound(ierr) {
+		if _, ierr := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); cerrdefs.IsNotFound(ierr) {
 			return nil, wrap("attach", name, ierr)
 		}
 		return nil, wrap("attach", name, err)
@@ -224,7 +258,8 @@ func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, erro
 
 // Start starts a created container.
 func (r *Runtime) Start(ctx context.Context, name string) error {
-	return wrap("start", name, r.cli.ContainerStart(ctx, name, container.StartOptions{}))
+	_, err := r.cli.ContainerStart(ctx, name, client.ContainerStartOptions{})
+	return wrap("start", name, err)
 }
 
 // Stop sends the container's stop signal and lets the engine kill it after
@@ -235,7 +270,8 @@ func (r *Runtime) Stop(ctx context.Context, name string, timeout time.Duration) 
 	if timeout >= 0 {
 		secs = int(math.Ceil(timeout.Seconds()))
 	}
-	return wrap("stop", name, r.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &secs}))
+	_, err := r.cli.ContainerStop(ctx, name, client.ContainerStopOptions{Timeout: &secs})
+	return wrap("stop", name, err)
 }
 
 // signals are the names accepted by Signal, in Docker's spelling.
@@ -262,7 +298,7 @@ func (r *Runtime) Signal(ctx context.Context, name string, sig string) error {
 	if err != nil {
 		return err
 	}
-	err = r.cli.ContainerKill(ctx, name, s)
+	_, err = r.cli.ContainerKill(ctx, name, client.ContainerKillOptions{Signal: s})
 	if err == nil {
 		return nil
 	}
@@ -276,10 +312,10 @@ func (r *Runtime) Signal(ctx context.Context, name string, sig string) error {
 // Wait blocks until the container is not running, then reports its state.
 // A container that was created but never started is "not running" too.
 func (r *Runtime) Wait(ctx context.Context, name string) (runtime.State, error) {
-	okC, errC := r.cli.ContainerWait(ctx, name, container.WaitConditionNotRunning)
+	wr := r.cli.ContainerWait(ctx, name, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	select {
-	case <-okC:
-	case err := <-errC:
+	case <-wr.Result:
+	case err := <-wr.Error:
 		if err != nil {
 			return runtime.State{}, wrap("wait", name, err)
 		}
@@ -291,10 +327,11 @@ func (r *Runtime) Wait(ctx context.Context, name string) (runtime.State, error) 
 
 // Inspect returns the container's state, or runtime.ErrNotFound.
 func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, error) {
-	info, err := r.cli.ContainerInspect(ctx, name)
+	res, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	if err != nil {
 		return runtime.State{}, wrap("inspect", name, err)
 	}
+	info := res.Container
 	var st runtime.State
 	if info.State != nil {
 		st.Running = info.State.Running
@@ -314,13 +351,14 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, erro
 func (r *Runtime) Remove(ctx context.Context, name, node string) error {
 	id := name
 	if node != "" {
-		info, err := r.cli.ContainerInspect(ctx, name)
+		res, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 		if cerrdefs.IsNotFound(err) {
 			return nil
 		}
 		if err != nil {
 			return wrap("remove", name, err)
 		}
+		info := res.Container
 		if info.Config != nil {
 			if owner := info.Config.Labels[runtime.NodeLabel]; owner != "" && owner != node {
 				return &runtime.OtherNodeError{Container: name, Node: owner}
@@ -328,7 +366,7 @@ func (r *Runtime) Remove(ctx context.Context, name, node string) error {
 		}
 		id = info.ID
 	}
-	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	_, err := r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return wrap("remove", name, err)
 	}
@@ -345,11 +383,12 @@ func (r *Runtime) Logs(ctx context.Context, name string, n int) ([]string, error
 	if n <= 0 {
 		return nil, nil
 	}
-	info, err := r.cli.ContainerInspect(ctx, name)
+	res, err := r.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	if err != nil {
 		return nil, wrap("logs", name, err)
 	}
-	rc, err := r.cli.ContainerLogs(ctx, name, container.LogsOptions{
+	info := res.Container
+	rc, err := r.cli.ContainerLogs(ctx, name, client.ContainerLogsOptions{
 		ShowStdout: true,
 		ShowStderr: true,
 		Tail:       strconv.Itoa(n),

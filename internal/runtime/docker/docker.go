@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -40,32 +40,30 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New connects to the Docker engine named by the environment (or
 // opts.Host), negotiates the API version and checks that the engine answers.
 func New(ctx context.Context, opts Options) (*Runtime, error) {
-	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	// The client negotiates the API version on its first request by
+	// default; the Ping below does that explicitly (down to 1.41 for
+	// Engine 20.10).
+	clientOpts := []client.Opt{client.FromEnv}
 	if opts.Host != "" {
 		clientOpts = append(clientOpts, client.WithHost(opts.Host))
 	}
 	if opts.HTTPClient != nil {
 		clientOpts = append(clientOpts, client.WithHTTPClient(opts.HTTPClient))
 	}
-	cli, err := client.NewClientWithOpts(clientOpts...)
+	cli, err := client.New(clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker: client: %w", err)
 	}
-	if _, err := cli.Ping(ctx); err != nil {
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
 		return nil, fmt.Errorf("docker: engine at %s does not answer: %w", cli.DaemonHost(), err)
 	}
-	cli.NegotiateAPIVersion(ctx)
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Runtime{cli: cli, log: log.With("component", "docker")}, nil
 }
-
-// Client returns the underlying Docker client (for optional abilities the
-// runtime interface does not cover).
-func (r *Runtime) Client() *client.Client { return r.cli }
 
 // APIVersion returns the negotiated Docker API version.
 func (r *Runtime) APIVersion() string { return r.cli.ClientVersion() }

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"slices"
@@ -12,9 +13,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/network"
-	"github.com/docker/go-connections/nat"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -226,12 +226,12 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 	if err := r.Create(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	first, err := cli.ContainerInspect(ctx, spec.Name)
+	first, err := inspectContainer(ctx, cli, spec.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := startGameServer(t, r, spec)
-	info, err := cli.ContainerInspect(ctx, spec.Name)
+	info, err := inspectContainer(ctx, cli, spec.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,17 +278,17 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 		}
 	}
 	check("Tmpfs /tmp", hc.Tmpfs["/tmp"], "rw,exec,nosuid,size=16M")
-	check("DNS", strings.Join(hc.DNS, ","), "1.1.1.1,1.0.0.1")
+	check("DNS", fmt.Sprint(hc.DNS), "[1.1.1.1 1.0.0.1]")
 	check("LogConfig.Type", hc.LogConfig.Type, "local")
 	check("LogConfig max-size", hc.LogConfig.Config["max-size"], "5m")
 	check("LogConfig mode", hc.LogConfig.Config["mode"], "non-blocking")
 	for _, proto := range []string{"tcp", "udp"} {
-		p := strconv.Itoa(port) + "/" + proto
-		b := hc.PortBindings[nat.Port(p)]
-		if len(b) != 1 || b[0].HostIP != "127.0.0.1" || b[0].HostPort != strconv.Itoa(port) {
+		p := network.MustParsePort(strconv.Itoa(port) + "/" + proto)
+		b := hc.PortBindings[p]
+		if len(b) != 1 || b[0].HostIP.String() != "127.0.0.1" || b[0].HostPort != strconv.Itoa(port) {
 			t.Errorf("PortBindings[%s] = %+v", p, b)
 		}
-		if _, ok := cfg.ExposedPorts[nat.Port(p)]; !ok {
+		if _, ok := cfg.ExposedPorts[p]; !ok {
 			t.Errorf("%s not exposed", p)
 		}
 	}
@@ -325,7 +325,7 @@ func TestUpdateLimitsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := cli.ContainerInspect(ctx, spec.Name)
+	info, err := inspectContainer(ctx, cli, spec.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestRemoveLeavesOtherNodesContainer(t *testing.T) {
 	if err := r.Create(ctx, theirs); err != nil {
 		t.Fatal(err)
 	}
-	before, err := rawClient(t).ContainerInspect(ctx, theirs.Name)
+	before, err := inspectContainer(ctx, rawClient(t), theirs.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestRemoveLeavesOtherNodesContainer(t *testing.T) {
 	if err := r.Create(ctx, ours); !errors.As(err, &other) || other.Node != them {
 		t.Fatalf("Create over another node's container = %v, want an OtherNodeError naming %s", err, them)
 	}
-	after, err := rawClient(t).ContainerInspect(ctx, theirs.Name)
+	after, err := inspectContainer(ctx, rawClient(t), theirs.Name)
 	if err != nil || after.ID != before.ID || after.Config.Labels[runtime.NodeLabel] != them {
 		t.Fatalf("the other node's container did not survive: %v", err)
 	}
@@ -578,7 +578,7 @@ func TestEnsureNetwork(t *testing.T) {
 	if info != want {
 		t.Errorf("EnsureNetwork = %+v, want %+v", info, want)
 	}
-	nw, err := cli.NetworkInspect(ctx, name, network.InspectOptions{})
+	nw, err := inspectNetwork(ctx, cli, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,11 +613,11 @@ func TestEnsureNetwork(t *testing.T) {
 	if !info.Created || info.Driver != "bridge" || info.IPv4Subnet == "" || info.IPv4Subnet == subnetA || info.IPv4Gate == "" {
 		t.Errorf("EnsureNetwork on an overlapping subnet = %+v, want a created bridge with another subnet", info)
 	}
-	nw2, err := cli.NetworkInspect(ctx, name2, network.InspectOptions{})
+	nw2, err := inspectNetwork(ctx, cli, name2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(nw2.IPAM.Config) == 0 || nw2.IPAM.Config[0].Subnet != info.IPv4Subnet {
+	if len(nw2.IPAM.Config) == 0 || nw2.IPAM.Config[0].Subnet.String() != info.IPv4Subnet {
 		t.Errorf("reported subnet %s, engine has %+v", info.IPv4Subnet, nw2.IPAM.Config)
 	}
 }
@@ -625,7 +625,7 @@ func TestEnsureNetwork(t *testing.T) {
 func cleanupNetwork(t *testing.T, name string) {
 	cli := rawClient(t)
 	t.Cleanup(func() {
-		if err := cli.NetworkRemove(context.Background(), name); err != nil && !cerrdefs.IsNotFound(err) {
+		if _, err := cli.NetworkRemove(context.Background(), name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 			t.Errorf("cleanup network %s: %v", name, err)
 		}
 	})
@@ -654,11 +654,11 @@ func TestEnsureImagePullFailureUsesLocalImage(t *testing.T) {
 	ctx := context.Background()
 	img := testimages.Busybox(ctx, t)
 	tag := "registry.invalid/wharf-test-pull-" + randHex(4) + ":1"
-	if err := cli.ImageTag(ctx, img, tag); err != nil {
+	if _, err := cli.ImageTag(ctx, client.ImageTagOptions{Source: img, Target: tag}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := cli.ImageRemove(context.Background(), tag, image.RemoveOptions{}); err != nil {
+		if _, err := cli.ImageRemove(context.Background(), tag, client.ImageRemoveOptions{}); err != nil {
 			t.Errorf("cleanup image %s: %v", tag, err)
 		}
 	})

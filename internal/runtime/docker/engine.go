@@ -3,7 +3,7 @@ package docker
 import (
 	"context"
 
-	"github.com/docker/docker/api/types/filters"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -18,10 +18,11 @@ var (
 
 // EngineInfo asks the engine what it is.
 func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
-	info, err := r.cli.Info(ctx)
+	res, err := r.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return EngineInfo{}, wrap("info", "", err)
 	}
+	info := res.Info
 	out := EngineInfo{
 		Version:         info.ServerVersion,
 		APIVersion:      r.cli.ClientVersion(),
@@ -47,10 +48,11 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 // PruneImages removes the dangling images; the engine keeps every image a
 // container uses, stopped containers included.
 func (r *Runtime) PruneImages(ctx context.Context) (runtime.PruneReport, error) {
-	rep, err := r.cli.ImagesPrune(ctx, filters.NewArgs(filters.Arg("dangling", "true")))
+	res, err := r.cli.ImagePrune(ctx, client.ImagePruneOptions{Filters: make(client.Filters).Add("dangling", "true")})
 	if err != nil {
 		return runtime.PruneReport{}, wrap("prune images", "", err)
 	}
+	rep := res.Report
 	out := runtime.PruneReport{SpaceReclaimed: rep.SpaceReclaimed}
 	for _, d := range rep.ImagesDeleted {
 		out.Deleted = append(out.Deleted, runtime.DeletedImage{Untagged: d.Untagged, Deleted: d.Deleted})

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -40,6 +41,18 @@ func newRuntime(t *testing.T) *Runtime {
 func rawClient(t *testing.T) *client.Client {
 	t.Helper()
 	return testimages.Client(t)
+}
+
+// inspectContainer is ContainerInspect's container, or its error.
+func inspectContainer(ctx context.Context, cli *client.Client, name string) (container.InspectResponse, error) {
+	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	return res.Container, err
+}
+
+// inspectNetwork is NetworkInspect's network, or its error.
+func inspectNetwork(ctx context.Context, cli *client.Client, name string) (network.Inspect, error) {
+	res, err := cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	return res.Network, err
 }
 
 func randHex(n int) string {
@@ -209,11 +222,11 @@ func execOutput(t *testing.T, name string, cmd ...string) string {
 	cli := rawClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ex, err := cli.ContainerExecCreate(ctx, name, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	ex, err := cli.ExecCreate(ctx, name, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hr, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	hr, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

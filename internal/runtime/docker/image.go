@@ -11,7 +11,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -59,7 +59,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, auth *runtime.Reg
 func (r *Runtime) pull(ctx context.Context, ref string, auth *runtime.RegistryAuth, progress func(string)) error {
 	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
-	opts := image.PullOptions{}
+	opts := client.ImagePullOptions{}
 	if auth != nil {
 		enc, err := encodeAuth(*auth)
 		if err != nil {

@@ -8,7 +8,8 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/network"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -22,31 +23,38 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	if spec.Name == "" {
 		return runtime.NetworkInfo{}, fmt.Errorf("docker: network name is required")
 	}
-	if nw, err := r.cli.NetworkInspect(ctx, spec.Name, network.InspectOptions{}); err == nil {
-		return networkInfo(nw, false), nil
+	if res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{}); err == nil {
+		return networkInfo(res.Network, false), nil
 	} else if !cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
 
-	opts := networkCreateOptions(spec, true, true)
-	_, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
+	create := func(spec runtime.NetworkSpec, withV4, withV6 bool) error {
+		opts, err := networkCreateOptions(spec, withV4, withV6)
+		if err != nil {
+			return err
+		}
+		_, err = r.cli.NetworkCreate(ctx, spec.Name, opts)
+		return err
+	}
+	err := create(spec, true, true)
 	if err != nil && spec.IPv4Subnet != "" && isPoolOverlap(err) {
 		r.log.Warn("network subnet overlaps an existing network; letting the engine choose one",
 			"network", spec.Name, "subnet", spec.IPv4Subnet, "error", err)
-		_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(spec, false, true))
+		err = create(spec, false, true)
 	}
 	if err != nil && spec.EnableIPv6 && spec.IPv6Subnet != "" && isPoolOverlap(err) {
 		// The IPv6 subnet overlaps too (another node's network on the same
 		// engine): let the engine choose that one as well.
 		r.log.Warn("network IPv6 subnet overlaps an existing network; letting the engine choose one",
 			"network", spec.Name, "subnet", spec.IPv6Subnet, "error", err)
-		_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(spec, false, false))
+		err = create(spec, false, false)
 		if err != nil && !cerrdefs.IsConflict(err) {
 			r.log.Warn("the engine cannot choose an IPv6 subnet; creating the network without IPv6",
 				"network", spec.Name, "error", err)
 			noV6 := spec
 			noV6.EnableIPv6 = false
-			_, err = r.cli.NetworkCreate(ctx, spec.Name, networkCreateOptions(noV6, false, false))
+			err = create(noV6, false, false)
 		}
 	}
 	created := err == nil
@@ -55,11 +63,11 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	}
 	// Re-inspect: report what the engine actually has, not the request (a
 	// network created concurrently by someone else counts as existing).
-	nw, err := r.cli.NetworkInspect(ctx, spec.Name, network.InspectOptions{})
+	res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{})
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
-	return networkInfo(nw, created), nil
+	return networkInfo(res.Network, created), nil
 }
 
 // isPoolOverlap reports whether a network creation failed because the
@@ -71,17 +79,25 @@ func isPoolOverlap(err error) bool {
 
 // networkCreateOptions builds the create request; withV4 (withV6) false
 // leaves the IPv4 (IPv6) subnet and gateway to the engine.
-func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) network.CreateOptions {
+func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) (client.NetworkCreateOptions, error) {
 	driver := spec.Driver
 	if driver == "" {
 		driver = "bridge"
 	}
 	var ipam []network.IPAMConfig
 	if withV4 && spec.IPv4Subnet != "" {
-		ipam = append(ipam, network.IPAMConfig{Subnet: spec.IPv4Subnet, Gateway: spec.IPv4Gate})
+		c, err := ipamConfig(spec.IPv4Subnet, spec.IPv4Gate)
+		if err != nil {
+			return client.NetworkCreateOptions{}, err
+		}
+		ipam = append(ipam, c)
 	}
 	if withV6 && spec.EnableIPv6 && spec.IPv6Subnet != "" {
-		ipam = append(ipam, network.IPAMConfig{Subnet: spec.IPv6Subnet, Gateway: spec.IPv6Gate})
+		c, err := ipamConfig(spec.IPv6Subnet, spec.IPv6Gate)
+		if err != nil {
+			return client.NetworkCreateOptions{}, err
+		}
+		ipam = append(ipam, c)
 	}
 	options := map[string]string{}
 	if driver == "bridge" {
@@ -99,7 +115,7 @@ func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) network
 	if spec.MTU > 0 {
 		options["com.docker.network.driver.mtu"] = strconv.Itoa(spec.MTU)
 	}
-	opts := network.CreateOptions{
+	opts := client.NetworkCreateOptions{
 		Driver:   driver,
 		Internal: spec.Internal,
 		Options:  options,
@@ -111,19 +127,36 @@ func networkCreateOptions(spec runtime.NetworkSpec, withV4, withV6 bool) network
 	if len(ipam) > 0 {
 		opts.IPAM = &network.IPAM{Driver: "default", Config: ipam}
 	}
-	return opts
+	return opts, nil
+}
+
+// ipamConfig parses a subnet and an optional gateway; the engine's API
+// types hold them parsed.
+func ipamConfig(subnet, gateway string) (network.IPAMConfig, error) {
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil {
+		return network.IPAMConfig{}, fmt.Errorf("subnet %q: %w", subnet, err)
+	}
+	c := network.IPAMConfig{Subnet: p}
+	if gateway != "" {
+		if c.Gateway, err = netip.ParseAddr(gateway); err != nil {
+			return network.IPAMConfig{}, fmt.Errorf("gateway %q: %w", gateway, err)
+		}
+	}
+	return c, nil
 }
 
 // networkInfo reports the driver and the first IPv4 subnet and gateway.
 func networkInfo(nw network.Inspect, created bool) runtime.NetworkInfo {
 	info := runtime.NetworkInfo{Driver: nw.Driver, Created: created}
 	for _, c := range nw.IPAM.Config {
-		p, err := netip.ParsePrefix(c.Subnet)
-		if err != nil || !p.Addr().Is4() {
+		if !c.Subnet.IsValid() || !c.Subnet.Addr().Is4() {
 			continue
 		}
-		info.IPv4Subnet = c.Subnet
-		info.IPv4Gate = c.Gateway
+		info.IPv4Subnet = c.Subnet.String()
+		if c.Gateway.IsValid() {
+			info.IPv4Gate = c.Gateway.String()
+		}
 		break
 	}
 	return info

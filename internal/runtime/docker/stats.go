@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"math"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -16,7 +17,7 @@ import (
 // closed then.
 func (r *Runtime) Stats(ctx context.Context, name string) (<-chan runtime.Stats, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	resp, err := r.cli.ContainerStats(ctx, name, true)
+	resp, err := r.cli.ContainerStats(ctx, name, client.ContainerStatsOptions{Stream: true})
 	if err != nil {
 		cancel()
 		return nil, wrap("stats", name, err)

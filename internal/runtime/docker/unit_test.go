@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 
 	"github.com/wharf/wharf/internal/runtime"
 )
@@ -122,7 +123,7 @@ func TestContainerConfigDefaults(t *testing.T) {
 	if cfg.Hostname != "uuid" || !cfg.Tty || !cfg.OpenStdin || cfg.StdinOnce {
 		t.Errorf("config %+v", cfg)
 	}
-	if b := hc.PortBindings["25565/tcp"]; len(b) != 2 {
+	if b := hc.PortBindings[network.MustParsePort("25565/tcp")]; len(b) != 2 {
 		t.Errorf("bindings = %+v, want two distinct IPs", b)
 	}
 	if hc.ReadonlyRootfs || len(hc.CapDrop) != 0 || len(hc.SecurityOpt) != 0 {
@@ -131,7 +132,7 @@ func TestContainerConfigDefaults(t *testing.T) {
 	if hc.PidsLimit != nil || hc.LogConfig.Type != "" {
 		t.Errorf("unset limits/log config were set: pids %v log %+v", hc.PidsLimit, hc.LogConfig)
 	}
-	for _, bad := range []runtime.PortBinding{{Port: 0}, {Port: 70000}, {Port: 80, Protocol: "sctp"}} {
+	for _, bad := range []runtime.PortBinding{{Port: 0}, {Port: 70000}, {Port: 80, Protocol: "sctp"}, {Port: 80, IP: "not-an-ip"}} {
 		if _, _, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", Ports: []runtime.PortBinding{bad}}); err == nil {
 			t.Errorf("port %+v accepted", bad)
 		}
@@ -146,11 +147,48 @@ func TestContainerConfigDefaults(t *testing.T) {
 // The outgoing-IP bridge of a forced outgoing address (Wings' per-IP
 // network): host_ipv4 carries the source address; without it, no option.
 func TestNetworkCreateOptionsHostIPv4(t *testing.T) {
-	opts := networkCreateOptions(runtime.NetworkSpec{Name: "ip-203-0-113-7", Driver: "bridge", HostIPv4: "203.0.113.7"}, true, true)
-	if opts.Options["com.docker.network.host_ipv4"] != "203.0.113.7" || opts.Driver != "bridge" || opts.IPAM != nil {
+	opts, err := networkCreateOptions(runtime.NetworkSpec{Name: "ip-203-0-113-7", Driver: "bridge", HostIPv4: "203.0.113.7"}, true, true)
+	if err != nil || opts.Options["com.docker.network.host_ipv4"] != "203.0.113.7" || opts.Driver != "bridge" || opts.IPAM != nil {
 		t.Errorf("options %+v", opts)
 	}
-	if _, ok := networkCreateOptions(runtime.NetworkSpec{Name: "n"}, true, true).Options["com.docker.network.host_ipv4"]; ok {
+	if opts, _ := networkCreateOptions(runtime.NetworkSpec{Name: "n"}, true, true); opts.Options["com.docker.network.host_ipv4"] != "" {
 		t.Error("host_ipv4 set without HostIPv4")
+	}
+}
+
+// The engine's API types hold subnets and gateways parsed: a malformed one
+// is an error here, not a request the engine rejects.
+func TestNetworkCreateOptionsParsesAddresses(t *testing.T) {
+	opts, err := networkCreateOptions(runtime.NetworkSpec{Name: "n", IPv4Subnet: "172.30.0.0/16", IPv4Gate: "172.30.0.1"}, true, true)
+	if err != nil || opts.IPAM == nil || len(opts.IPAM.Config) != 1 ||
+		opts.IPAM.Config[0].Subnet.String() != "172.30.0.0/16" || opts.IPAM.Config[0].Gateway.String() != "172.30.0.1" {
+		t.Errorf("options %+v, %v", opts.IPAM, err)
+	}
+	for _, bad := range []runtime.NetworkSpec{
+		{Name: "n", IPv4Subnet: "172.30.0.0"},
+		{Name: "n", IPv4Subnet: "172.30.0.0/16", IPv4Gate: "gateway"},
+		{Name: "n", EnableIPv6: true, IPv6Subnet: "fd00::/64", IPv6Gate: "fd00::zz"},
+	} {
+		if _, err := networkCreateOptions(bad, true, true); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	// Leaving a subnet to the engine skips its parsing.
+	if _, err := networkCreateOptions(runtime.NetworkSpec{Name: "n", IPv4Subnet: "bad"}, false, true); err != nil {
+		t.Errorf("withV4=false: %v", err)
+	}
+}
+
+// DNS servers go to the engine parsed; a malformed one is an error here.
+func TestContainerConfigDNS(t *testing.T) {
+	_, hc, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", DNS: []string{"1.1.1.1", "2606:4700:4700::1111"}})
+	if err != nil || len(hc.DNS) != 2 || hc.DNS[1].String() != "2606:4700:4700::1111" {
+		t.Fatalf("DNS %v, %v", hc, err)
+	}
+	if _, hc, _ := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i"}); hc.DNS != nil {
+		t.Errorf("no DNS servers = %v, want nil (the image's resolver)", hc.DNS)
+	}
+	if _, _, err := containerConfig(runtime.ContainerSpec{Name: "n", Image: "i", DNS: []string{"dns.example"}}); err == nil {
+		t.Error("a host name as DNS server: no error")
 	}
 }

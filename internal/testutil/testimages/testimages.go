@@ -18,7 +18,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/devimage"
 )

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 )
 
 func TestImagesBuildOnceAndRun(t *testing.T) {
@@ -54,23 +55,25 @@ func runOnce(t *testing.T, img string, cmd []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	name := "wharf-test-images-" + time.Now().Format("150405.000000")
-	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: cmd}, &container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+	resp, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config: &container.Config{Image: img, Cmd: cmd}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: name,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true})
+		_, _ = cli.ContainerRemove(context.Background(), resp.ID, client.ContainerRemoveOptions{Force: true})
 	})
-	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(ctx, resp.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	okC, errC := cli.ContainerWait(ctx, resp.ID, container.WaitConditionNotRunning)
+	wr := cli.ContainerWait(ctx, resp.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	select {
-	case <-okC:
-	case err := <-errC:
+	case <-wr.Result:
+	case err := <-wr.Error:
 		t.Fatal(err)
 	}
-	rc, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := cli.ContainerLogs(ctx, resp.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
