@@ -173,8 +173,8 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	if len(extra.backups) > 0 && svc.opts.Config.Get().System.Transfers.Live {
 		log.Info("backups go along: classic transfer", "backups", len(extra.backups))
 	} else if svc.opts.Config.Get().System.Transfers.Live {
-		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
-			ok := svc.runLive(t, s, url, token, offer, tl, end)
+		if offer, version, ok := svc.negotiate(t.ctx, url, token); ok {
+			ok := svc.runLive(t, s, url, token, offer, version, tl, end)
 			var result error
 			if !ok {
 				result = errLiveTransferFailed
