@@ -133,6 +133,16 @@ type liveSender struct {
 	phase      atomic.Int64
 }
 
+// newLiveSender is the sender of src's tree in wire version version, with
+// the install log at installLog from version 3 on.
+func newLiveSender(ctx context.Context, src *sandbox.FS, version int, installLog string) *liveSender {
+	ls := &liveSender{ctx: ctx, src: src, index: map[string]*liveEntry{}, h: newContentHash()}
+	if version >= 3 {
+		ls.installLog = installLog
+	}
+	return ls
+}
+
 func statTimes(fi fs.FileInfo) (ctime int64, ino uint64) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return st.Ctim.Nano(), st.Ino
@@ -512,10 +522,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	defer passCancel(nil)
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
-	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, h: newContentHash()}
-	if version >= 3 {
-		ls.installLog = installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID())
-	}
+	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
 	cw, err := newChunkWriter(compression, link)
 	if err != nil {
 		return err
