@@ -344,7 +344,6 @@ func TestLiveTransferCarriesInstallLog(t *testing.T) {
 	c.startTransfer(id)
 	c.waitReports(c.Target, id, []string{"success"}, 60*time.Second)
 	c.Source.waitDaemonLog(`msg="transfer completed" server=`+id+` direction=outgoing live=true`, 30*time.Second)
-	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=3`, time.Second)
 
 	res, body := c.Target.request("GET", "/api/servers/"+id+"/install-logs", nil, "")
 	var answer struct{ Data string }
@@ -357,4 +356,5 @@ func TestLiveTransferCarriesInstallLog(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(c.Target.dataDir(id), "installed.txt")); err != nil || strings.TrimSpace(string(b)) != "done" {
 		t.Fatalf("installed.txt on the target: %q %v", b, err)
 	}
+	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=3`, time.Second)
 }
