@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -314,4 +315,46 @@ func TestLiveTransferFailures(t *testing.T) {
 			c.Source.waitState(id, "running", 30*time.Second)
 		})
 	}
+}
+
+// A live transfer carries the server's install log (wire version 3, which
+// both nodes speak): after an install on the source, the admin's install
+// log viewer shows the install's output on the target.
+func TestLiveTransferCarriesInstallLog(t *testing.T) {
+	const id = "7b000021-0000-4000-8000-000000000021"
+	s := transferServer(t, id)
+	testimages.Busybox(context.Background(), t)
+	s.InstallScript = &devpanel.InstallScript{
+		ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh",
+		Script: "echo install script output for the live transfer\r\necho done > /mnt/server/installed.txt\r\n",
+	}
+	c := startCluster(t, []devpanel.Server{s}, liveNodes(0))
+	fill(t, c.Source, id, 2<<20)
+	if res, body := c.Source.request("POST", "/api/servers/"+id+"/install", nil, ""); res.StatusCode != 202 {
+		t.Fatalf("install: %d %s", res.StatusCode, body)
+	}
+	if call, ok := c.Panel.WaitForCall("POST", "/servers/"+id+"/install", 90*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+		t.Fatalf("the install on the source failed\n%s", c.Source.log)
+	}
+	srcLog, err := os.ReadFile(filepath.Join(c.Source.Config.System.LogDirectory, "install", id+".log"))
+	if err != nil || !strings.Contains(string(srcLog), "install script output for the live transfer") {
+		t.Fatalf("install log on the source: %v\n%s", err, srcLog)
+	}
+
+	c.startTransfer(id)
+	c.waitReports(c.Target, id, []string{"success"}, 60*time.Second)
+	c.Source.waitDaemonLog(`msg="transfer completed" server=`+id+` direction=outgoing live=true`, 30*time.Second)
+
+	res, body := c.Target.request("GET", "/api/servers/"+id+"/install-logs", nil, "")
+	var answer struct{ Data string }
+	if res.StatusCode != 200 || json.Unmarshal(body, &answer) != nil || !strings.Contains(answer.Data, "install script output for the live transfer") {
+		t.Fatalf("install log on the target: %d %s", res.StatusCode, body)
+	}
+	if got, err := os.ReadFile(filepath.Join(c.Target.Config.System.LogDirectory, "install", id+".log")); err != nil || string(got) != string(srcLog) {
+		t.Fatalf("the target's install log differs from the source's: %v\n%q\n%q", err, got, srcLog)
+	}
+	if b, err := os.ReadFile(filepath.Join(c.Target.dataDir(id), "installed.txt")); err != nil || strings.TrimSpace(string(b)) != "done" {
+		t.Fatalf("installed.txt on the target: %q %v", b, err)
+	}
+	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=3`, time.Second)
 }

@@ -130,12 +130,13 @@ func multipartReader(r *http.Request) (*multipart.Reader, error) {
 
 // postLiveTransfer receives a live stream (the source asked first).
 func (a *API) postLiveTransfer(w http.ResponseWriter, r *http.Request, id string) error {
-	if r.Header.Get(transfer.LiveVersionHeader) != strconv.Itoa(transfer.LiveVersion) {
+	version, err := strconv.Atoi(r.Header.Get(transfer.LiveVersionHeader))
+	if err != nil || !transfer.SpeaksLive(version) {
 		return errLiveVersion
 	}
 	rc := http.NewResponseController(w)
 	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
-	if err := a.Transfers.ReceiveLive(r.Context(), id, r.Body, unblock); err != nil {
+	if err := a.Transfers.ReceiveLive(r.Context(), id, version, r.Body, unblock); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

@@ -201,18 +201,24 @@ func (x *extras) commit(server, logDir string) error {
 		_ = os.Remove(b.tmp)
 		delete(x.backups, id)
 	}
-	if !x.hasLog {
-		return nil
+	if x.hasLog {
+		keepInstallLog(x.log, logDir, server, x.install)
 	}
+	return nil
+}
+
+// keepInstallLog puts the install log a transfer brought in place for
+// server; as Pelican Wings, a log that cannot be written is logged and
+// does not fail the transfer.
+func keepInstallLog(log *slog.Logger, logDir, server string, data []byte) {
 	p := installLogPath(logDir, server)
 	err := os.MkdirAll(filepath.Dir(p), 0o700)
 	if err == nil {
-		err = atomicfile.WriteFile(p, x.install, 0o600)
+		err = atomicfile.WriteFile(p, data, 0o600)
 	}
 	if err != nil {
-		x.log.Warn("could not keep the install log a transfer brought", "server", server, "error", err)
+		log.Warn("could not keep the install log a transfer brought", "server", server, "error", err)
 	}
-	return nil
 }
 
 // discard removes the backups not committed.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"path"
 	"runtime"
 	"slices"
@@ -41,31 +42,41 @@ const (
 	racyWindow = time.Second
 )
 
-// negotiate asks the target whether it speaks live transfers. ok is false
-// on any answer but a clear offer of version LiveVersion.
-func (svc *Service) negotiate(ctx context.Context, url, token string) (Offer, bool) {
+// negotiate asks the target whether it speaks live transfers and returns
+// the newest version both sides speak. ok is false on any answer but a
+// clear offer of a version this build speaks.
+func (svc *Service) negotiate(ctx context.Context, url, token string) (o Offer, version int, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, negotiateTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return Offer{}, false
+		return Offer{}, 0, false
 	}
 	req.Header.Set("Authorization", token)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
 	res, err := svc.opts.Client.Do(req)
 	if err != nil {
-		return Offer{}, false
+		return Offer{}, 0, false
 	}
 	defer res.Body.Close()
-	var o Offer
 	if res.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&o) != nil {
-		return Offer{}, false
+		return Offer{}, 0, false
 	}
-	if o.Protocol != LiveProtocol || !slices.Contains(o.Versions, LiveVersion) {
-		return Offer{}, false
+	version = chooseVersion(o)
+	return o, version, version != 0
+}
+
+// chooseVersion is the newest version of the offer this build speaks, 0
+// when none.
+func chooseVersion(o Offer) int {
+	best := 0
+	for _, v := range o.Versions {
+		if o.Protocol == LiveProtocol && SpeaksLive(v) {
+			best = max(best, v)
+		}
 	}
-	return o, true
+	return best
 }
 
 // compressionFor picks the stream's compression from the configuration
@@ -113,10 +124,23 @@ type liveSender struct {
 	// renames meanwhile is read at its new place under the old name:
 	// harmless, as what was read is recorded by the opened file's own
 	// stat, which the next pass compares.
-	held  heldDir
-	sent  atomic.Int64 // file bytes sent
-	pass  atomic.Int64
-	phase atomic.Int64
+	held heldDir
+	// installLog is the path of the server's install log, sent before the
+	// manifest when set (wire version 3 on).
+	installLog string
+	sent       atomic.Int64 // file bytes sent
+	pass       atomic.Int64
+	phase      atomic.Int64
+}
+
+// newLiveSender is the sender of src's tree in wire version version, with
+// the install log at installLog from version 3 on.
+func newLiveSender(ctx context.Context, src *sandbox.FS, version int, installLog string) *liveSender {
+	ls := &liveSender{ctx: ctx, src: src, index: map[string]*liveEntry{}, h: newContentHash()}
+	if version >= 3 {
+		ls.installLog = installLog
+	}
+	return ls
 }
 
 func statTimes(fi fs.FileInfo) (ctime int64, ino uint64) {
@@ -404,6 +428,46 @@ func (ls *liveSender) file(s scanned, final bool) error {
 	return nil
 }
 
+// sendInstallLog sends the end of the server's install log, when it has
+// one that can be read (a missing log is not sent: a server installed
+// elsewhere, or never; an unreadable one does not fail the transfer, as in
+// the classic transfer's target).
+func (ls *liveSender) sendInstallLog() error {
+	if ls.installLog == "" {
+		return nil
+	}
+	data, err := readFileTail(ls.installLog, maxInstallLog)
+	if err != nil {
+		return nil
+	}
+	ls.rw.begin(recInstallLog)
+	ls.rw.uvarint(uint64(len(data)))
+	if err := ls.rw.flush(); err != nil {
+		return err
+	}
+	_, err = ls.cw.Write(data)
+	return err
+}
+
+// readFileTail returns at most the last limit bytes of the file at p.
+func readFileTail(p string, limit int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > limit {
+		if _, err := f.Seek(fi.Size()-limit, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
 // manifest lists the whole tree as sent, then ends the stream.
 func (ls *liveSender) manifest() error {
 	paths := make([]string, 0, len(ls.index))
@@ -444,7 +508,7 @@ type liveRun struct {
 
 // streamLive runs the passes and the final phase over one POST to the
 // target.
-func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compression string, run *liveRun, tl transferLog) error {
+func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string, version int, compression string, run *liveRun, tl transferLog) error {
 	ctx := t.ctx
 	total := s.Utilization().DiskBytes
 	if total <= 0 {
@@ -458,7 +522,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 	defer passCancel(nil)
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
-	ls := &liveSender{ctx: passCtx, src: s.Files().Trusted(), index: map[string]*liveEntry{}, h: newContentHash()}
+	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
 	cw, err := newChunkWriter(compression, link)
 	if err != nil {
 		return err
@@ -491,7 +555,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token, compre
 	}
 	req.Header.Set("Authorization", token)
 	req.Header.Set("Content-Type", LiveContentType)
-	req.Header.Set(LiveVersionHeader, fmt.Sprint(LiveVersion))
+	req.Header.Set(LiveVersionHeader, fmt.Sprint(version))
 	res, err := client.Do(req)
 	passCancel(errAnswered)
 	if err != nil {
@@ -589,16 +653,19 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 	if err := ls.send(tree, int(ls.pass.Load())+1, phaseFinal); err != nil {
 		return err
 	}
+	if err := ls.sendInstallLog(); err != nil {
+		return err
+	}
 	return ls.manifest()
 }
 
 // runLive is runOutgoing for a target that speaks live transfers: it
 // reports whether the transfer completed; end releases the job slot.
-func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, offer Offer, tl transferLog, end func()) bool {
+func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, offer Offer, version int, tl transferLog, end func()) bool {
 	log := svc.opts.Log.With("server", t.server, "direction", "outgoing")
 	compression := compressionFor(svc.opts.Config.Get().System.Transfers.Compression, offer)
 	wasRunning := s.State() != server.Offline
-	log.Info("the target speaks live transfers", "version", LiveVersion, "compression", compression)
+	log.Info("the target speaks live transfers", "version", version, "compression", compression)
 	run := &liveRun{}
 	var err error
 	if !t.setStatus(Processing) {
@@ -606,7 +673,7 @@ func (svc *Service) runLive(t *Transfer, s *server.Server, url, token string, of
 	}
 	if err == nil {
 		tl.msg("Streaming archive to destination... (live transfer: the server stays online while its files are copied)")
-		err = svc.streamLive(t, s, url, token, compression, run, tl)
+		err = svc.streamLive(t, s, url, token, version, compression, run, tl)
 	}
 	if t.ctx.Err() != nil && err != nil {
 		err = context.Cause(t.ctx)

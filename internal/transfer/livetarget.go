@@ -24,14 +24,15 @@ import (
 // live stream, docs/live-transfers.md). As with Receive, the server is
 // registered first; the files are written into its directory pass by pass,
 // and only after the final pass has been checked against the source's
-// manifest is the container created and success reported.
-func (svc *Service) ReceiveLive(ctx context.Context, id string, body io.Reader, unblock func()) error {
+// manifest is the container created and success reported. version is the
+// stream's wire version (SpeaksLive).
+func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock func()) error {
 	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
-		return svc.fillLive(t, s, body)
+		return svc.fillLive(t, s, version, body)
 	})
 }
 
-func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) error {
+func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader) error {
 	cfg := svc.opts.Config.Get()
 	cr, err := newChunkReader(ctxReader{t.ctx, body})
 	if err != nil {
@@ -41,6 +42,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
+		noInstallLog: version < 3,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -63,6 +65,9 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, body io.Reader) erro
 	}
 	if err := s.CreateContainer(t.ctx); err != nil {
 		return fmt.Errorf("creating the container: %w", err)
+	}
+	if a.installLog != nil {
+		keepInstallLog(svc.opts.Log, cfg.System.LogDirectory, t.server, a.installLog)
 	}
 	return nil
 }
@@ -97,6 +102,9 @@ type applier struct {
 	started  bool
 	dirs     map[string]bool // directories known to exist
 	log      func(pass uint64, phase byte)
+	// noInstallLog: a version-2 stream, which has no install log record.
+	noInstallLog bool
+	installLog   []byte // the source's install log (not nil once received)
 
 	// The directory of the last file written. It is let go before
 	// anything that may remove it: a handle on a removed directory would
@@ -182,6 +190,24 @@ func (a *applier) record(kind byte) error {
 			return d.err
 		}
 		return a.remove(rel)
+	case recInstallLog:
+		// Once, in the final phase, before the manifest (the check above).
+		if !a.final || a.noInstallLog || a.installLog != nil {
+			return errBadStream
+		}
+		n := d.uvarint()
+		if d.err != nil {
+			return d.err
+		}
+		if n > maxInstallLog {
+			return errBadStream
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(a.r.r, b); err != nil {
+			return unexpectedEOF(err)
+		}
+		a.installLog = b
+		return nil
 	case recManifest:
 		if !a.final {
 			return errBadStream

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -17,12 +18,20 @@ import (
 	"github.com/wharf/wharf/internal/sandbox"
 )
 
-// The wire of live transfers, version 1 (docs/live-transfers.md is the
-// contract; change both together, and bump LiveVersion on any change a
-// version-1 peer would misread).
+// The wire of live transfers (docs/live-transfers.md is the contract;
+// change both together, and bump LiveVersion on any change an older peer
+// would misread).
 
-// LiveVersion is the version of the live-transfer wire this build speaks.
-const LiveVersion = 2
+// LiveVersion is the newest version of the live-transfer wire this build
+// speaks; it speaks every version of liveVersions.
+const LiveVersion = 3
+
+// liveVersions are the versions this build speaks, oldest first: 2, and 3,
+// which adds the install log record.
+var liveVersions = []int{2, LiveVersion}
+
+// SpeaksLive reports whether this build speaks live wire version v.
+func SpeaksLive(v int) bool { return slices.Contains(liveVersions, v) }
 
 // LiveProtocol names the protocol in the negotiation answer.
 const LiveProtocol = "wharf-live-transfer"
@@ -43,7 +52,7 @@ type Offer struct {
 
 // LiveOffer is what this build answers.
 func LiveOffer() Offer {
-	return Offer{Protocol: LiveProtocol, Versions: []int{LiveVersion}, Compression: []string{"zstd", "none"}}
+	return Offer{Protocol: LiveProtocol, Versions: slices.Clone(liveVersions), Compression: []string{"zstd", "none"}}
 }
 
 // contentHash is a file's hash on the wire: XXH3-128 of its bytes. It
@@ -85,7 +94,8 @@ func (h *heldDir) close() {
 	}
 }
 
-// liveMagic opens the body.
+// liveMagic opens the body, in every version (the version is the POST's
+// header).
 const liveMagic = "WHARF-LIVE-2\n"
 
 // Chunk codecs.
@@ -103,6 +113,9 @@ const (
 	recDelete   = 'X' // path
 	recManifest = 'M' // kind, path, mode, mtime, size, [hash], [target]
 	recEnd      = 'E' // uvarint number of manifest records
+	// Version 3: the server's install log (its last maxInstallLog bytes),
+	// at most once, in the final phase before the manifest.
+	recInstallLog = 'I' // uvarint length, bytes
 )
 
 // Phases named in a pass record.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -29,6 +30,12 @@ import (
 // the final pass and the manifest, in chunks of the given mode.
 func encodeLive(tb testing.TB, src, mode string) []byte {
 	tb.Helper()
+	return encodeLiveWith(tb, newLiveSender(context.Background(), tree.Open(tb, src), LiveVersion, ""), mode)
+}
+
+// encodeLiveWith is encodeLive with the given sender.
+func encodeLiveWith(tb testing.TB, ls *liveSender, mode string) []byte {
+	tb.Helper()
 	cw, err := newChunkWriter(mode, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -36,7 +43,7 @@ func encodeLive(tb testing.TB, src, mode string) []byte {
 	var buf bytes.Buffer
 	sent := make(chan error, 1)
 	go func() { _, err := cw.WriteTo(&buf); sent <- err }()
-	err = sendLive(tb, src, cw)
+	err = sendLiveWith(ls, cw)
 	if serr := <-sent; err == nil {
 		err = serr
 	}
@@ -49,7 +56,12 @@ func encodeLive(tb testing.TB, src, mode string) []byte {
 // sendLive writes the passes and the manifest of the tree at src to cw,
 // and closes it.
 func sendLive(tb testing.TB, src string, cw *chunkWriter) error {
-	ls := &liveSender{ctx: context.Background(), src: tree.Open(tb, src), index: map[string]*liveEntry{}, h: newContentHash()}
+	return sendLiveWith(newLiveSender(context.Background(), tree.Open(tb, src), LiveVersion, ""), cw)
+}
+
+// sendLiveWith is sendLive with the given sender: the install log, when
+// it has one, goes after the final pass, as livePasses sends it.
+func sendLiveWith(ls *liveSender, cw *chunkWriter) error {
 	ls.rw, ls.cw = &recWriter{w: cw}, cw
 	err := func() error {
 		if err := ls.sendAll(1); err != nil {
@@ -60,6 +72,9 @@ func sendLive(tb testing.TB, src string, cw *chunkWriter) error {
 			return err
 		}
 		if err := ls.send(tr, 2, phaseFinal); err != nil {
+			return err
+		}
+		if err := ls.sendInstallLog(); err != nil {
 			return err
 		}
 		return ls.manifest()
@@ -94,6 +109,14 @@ func (ar arena) apply(tb testing.TB, stream []byte) error {
 
 func (ar arena) applyFrom(tb testing.TB, body io.Reader) error {
 	tb.Helper()
+	_, err := ar.applyVersion(tb, body, LiveVersion)
+	return err
+}
+
+// applyVersion is applyFrom for a stream of wire version version; it
+// returns the applier, to look at what it kept.
+func (ar arena) applyVersion(tb testing.TB, body io.Reader, version int) (*applier, error) {
+	tb.Helper()
 	cr, err := newChunkReader(body)
 	if err != nil {
 		tb.Fatal(err)
@@ -106,8 +129,9 @@ func (ar arena) applyFrom(tb testing.TB, body io.Reader) error {
 	}
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
-		sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{}, log: func(uint64, byte) {}}
-	return a.run()
+		sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{}, log: func(uint64, byte) {},
+		noInstallLog: version < 3}
+	return a, a.run()
 }
 
 // checkOutside fails tb when anything beside the root changed.
@@ -315,6 +339,18 @@ func TestLiveWireHostileStreamsFail(t *testing.T) {
 		tc{"link after the manifest", afterManifest().rec(recLink, "late", "d", int64(0)).stream(), errBadStream},
 		tc{"delete after the manifest", afterManifest().rec(recDelete, "d").stream(), errBadStream},
 		tc{"pass after the manifest", afterManifest().pass(2, phaseOnline).stream(), errBadStream},
+		tc{"install log after the manifest", afterManifest().rec(recInstallLog, uint64(2), []byte("ok")).stream(), errBadStream},
+	)
+	// The install log: once, in the final phase, within its limit, which
+	// is checked before anything is allocated for it.
+	final := func() *wire { return newWire().pass(1, phaseFinal) }
+	cases = append(cases,
+		tc{"install log over the limit", final().rec(recInstallLog, uint64(maxInstallLog+1), []byte("log")).stream(), errBadStream},
+		tc{"install log of 2^62 bytes", final().rec(recInstallLog, uint64(1<<62)).stream(), errBadStream},
+		tc{"install log claims the limit and ends", final().rec(recInstallLog, uint64(maxInstallLog), []byte("log")).stream(), ErrSourceGone},
+		tc{"install log in an online pass", newWire().pass(1, phaseOnline).rec(recInstallLog, uint64(2), []byte("ok")).stream(), errBadStream},
+		tc{"install log before any pass", newWire().rec(recInstallLog, uint64(2), []byte("ok")).stream(), errBadStream},
+		tc{"install log twice", final().rec(recInstallLog, uint64(2), []byte("ok")).rec(recInstallLog, uint64(0)).stream(), errBadStream},
 	)
 	for _, name := range escapes {
 		cases = append(cases,
@@ -428,6 +464,10 @@ func FuzzLiveWireApply(f *testing.F) {
 		rec(recManifest, byte('d'), "esc", uint64(0o777), int64(0), uint64(0)).rec(recEnd, uint64(1)).stream())
 	f.Add(newWire().pass(1, phaseOnline).rec(recDelete, "../outside/canary").stream())
 	f.Add(newWire().pass(1, phaseOnline).rec(recFile, "big", uint64(0o644), int64(0), uint64(1<<40), []byte("abc")).stream())
+	f.Add(encodeLiveWith(f, newLiveSender(context.Background(), tree.Open(f, src), LiveVersion, installLogFile(f, "installed\n")), "none"))
+	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(maxInstallLog+1)).stream())
+	f.Add(newWire().pass(1, phaseOnline).rec(recInstallLog, uint64(2), []byte("ok")).stream())
+	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(2), []byte("ok")).rec(recInstallLog, uint64(0)).stream())
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		ar := newArena(t)
 		if n := allocated(func() { _ = ar.apply(t, stream) }); n > maxApplyAlloc {
@@ -465,4 +505,107 @@ func FuzzLiveWireChunks(f *testing.F) {
 			t.Errorf("a %d-byte stream yielded %d bytes", len(stream), n)
 		}
 	})
+}
+
+// installLogFile writes an install log and returns its path.
+func installLogFile(tb testing.TB, content string) string {
+	tb.Helper()
+	p := filepath.Join(tb.TempDir(), "install.log")
+	must(tb, os.WriteFile(p, []byte(content), 0o600))
+	return p
+}
+
+// From version 3 the stream carries the end of the install log; the target
+// keeps exactly what was sent, and the files arrive as without it.
+func TestLiveWireCarriesTheInstallLog(t *testing.T) {
+	src := validTree(t)
+	want, _ := tree.Snapshot(src)
+	long := "first line, past the limit\n" + strings.Repeat("x", maxInstallLog-len("the last line\n")) + "the last line\n"
+	for _, tc := range []struct{ name, log, want string }{
+		{"small", "Wharf installation log\ninstalled\n", "Wharf installation log\ninstalled\n"},
+		{"empty", "", ""},
+		{"over the limit: its end", long, long[len(long)-maxInstallLog:]},
+	} {
+		for _, mode := range []string{"none", "zstd"} {
+			ls := newLiveSender(context.Background(), tree.Open(t, src), LiveVersion, installLogFile(t, tc.log))
+			ar := newArena(t)
+			a, err := ar.applyVersion(t, bytes.NewReader(encodeLiveWith(t, ls, mode)), LiveVersion)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", tc.name, mode, err)
+			}
+			if a.installLog == nil || string(a.installLog) != tc.want {
+				t.Fatalf("%s, %s: the target kept %d bytes of install log, want %d", tc.name, mode, len(a.installLog), len(tc.want))
+			}
+			got, _ := tree.Snapshot(ar.root)
+			if d := tree.Diff(want, got); d != "" {
+				t.Fatalf("%s, %s: %s", tc.name, mode, d)
+			}
+			ar.checkOutside(t)
+		}
+	}
+	// No log on the source: no record, nothing kept.
+	ls := newLiveSender(context.Background(), tree.Open(t, src), LiveVersion, filepath.Join(t.TempDir(), "missing.log"))
+	a, err := newArena(t).applyVersion(t, bytes.NewReader(encodeLiveWith(t, ls, "none")), LiveVersion)
+	if err != nil || a.installLog != nil {
+		t.Fatalf("no log on the source: %v, kept %q", err, a.installLog)
+	}
+}
+
+// A version-2 target knows no install log record: the record in a version-2
+// stream is a bad stream.
+func TestLiveWireVersion2RefusesTheInstallLog(t *testing.T) {
+	stream := newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(2), []byte("ok")).rec(recEnd, uint64(0)).stream()
+	if _, err := newArena(t).applyVersion(t, bytes.NewReader(stream), 2); !errors.Is(err, errBadStream) {
+		t.Fatalf("version 2: got %v, want a bad stream", err)
+	}
+	if _, err := newArena(t).applyVersion(t, bytes.NewReader(stream), 3); err != nil {
+		t.Fatalf("version 3: %v", err)
+	}
+}
+
+// The source picks the newest version both sides speak; against a target
+// that offers version 2 only, it sends no install log record (which that
+// target would refuse), and the transfer works.
+func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
+	for _, tc := range []struct {
+		offer Offer
+		want  int
+	}{
+		{Offer{Protocol: LiveProtocol, Versions: []int{2}}, 2},
+		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3}}, 3},
+		{Offer{Protocol: LiveProtocol, Versions: []int{3, 2}}, 3},
+		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3, 4}}, 3},
+		{Offer{Protocol: LiveProtocol, Versions: []int{1}}, 0},
+		{Offer{Protocol: LiveProtocol, Versions: []int{4}}, 0},
+		{Offer{Protocol: LiveProtocol}, 0},
+		{Offer{Protocol: "other", Versions: []int{2, 3}}, 0},
+	} {
+		if got := chooseVersion(tc.offer); got != tc.want {
+			t.Errorf("offer %v: version %d, want %d", tc.offer, got, tc.want)
+		}
+	}
+	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("this build offers %v, want [2 3]", got)
+	}
+
+	v2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"protocol":"wharf-live-transfer","versions":[2],"compression":["zstd","none"]}`)
+	}))
+	defer v2.Close()
+	svc := &Service{opts: Options{Client: v2.Client()}}
+	_, version, ok := svc.negotiate(context.Background(), v2.URL, "Bearer x")
+	if !ok || version != 2 {
+		t.Fatalf("a version-2 target: ok %v, version %d", ok, version)
+	}
+	src := validTree(t)
+	ls := newLiveSender(context.Background(), tree.Open(t, src), version, installLogFile(t, "installed\n"))
+	ar := newArena(t)
+	if _, err := ar.applyVersion(t, bytes.NewReader(encodeLiveWith(t, ls, "none")), version); err != nil {
+		t.Fatalf("a version-2 target refused the stream: %v", err)
+	}
+	want, _ := tree.Snapshot(src)
+	got, _ := tree.Snapshot(ar.root)
+	if d := tree.Diff(want, got); d != "" {
+		t.Fatal(d)
+	}
 }

@@ -168,13 +168,13 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	tl.msg("Preparing to stream server data to destination...")
 	start := time.Now()
 	extra := svc.outgoingExtras(s, backups, log)
-	// The live stream carries the server's files only: backups go with
-	// the classic form.
+	// The live stream carries the server's files and install log:
+	// backups go with the classic form.
 	if len(extra.backups) > 0 && svc.opts.Config.Get().System.Transfers.Live {
 		log.Info("backups go along: classic transfer", "backups", len(extra.backups))
 	} else if svc.opts.Config.Get().System.Transfers.Live {
-		if offer, ok := svc.negotiate(t.ctx, url, token); ok {
-			ok := svc.runLive(t, s, url, token, offer, tl, end)
+		if offer, version, ok := svc.negotiate(t.ctx, url, token); ok {
+			ok := svc.runLive(t, s, url, token, offer, version, tl, end)
 			var result error
 			if !ok {
 				result = errLiveTransferFailed
