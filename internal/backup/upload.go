@@ -77,10 +77,16 @@ func growthRoom(bound int64) int64 { return bound/64 + 32<<20 }
 // larger than the size announced to the backend (the parts it presigned).
 var ErrArchiveOutgrewBound = errors.New("the archive outgrew the size announced to the backend (files were added during the backup)")
 
+// partsOnDisk is how many parts of a remote backup exist at once: the
+// issue's bound on local disk, and so also the number of parts in flight.
+const partsOnDisk = 2
+
 // streamParts runs produce with a writer that cuts its output into parts of
-// urls.PartSize bytes and uploads them, in order, one at a time, while
-// produce goes on: at most two parts exist at once, the one being uploaded
-// and the one being filled. Each part is a temporary file made by
+// urls.PartSize bytes and uploads each as soon as it is full, while produce
+// goes on. At most partsOnDisk parts exist at once, each being filled or
+// uploaded: when both are uploading, produce waits for one to finish (the
+// compressor is many times faster than one connection to a remote store, so
+// both connections stay busy). Each part is a temporary file made by
 // newPart (the backup directory): parts are commonly tens or hundreds of
 // MiB (the panels' default part size is 5 GiB), too much to hold in
 // memory, while on disk they mostly stay in the page cache and the
@@ -88,7 +94,8 @@ var ErrArchiveOutgrewBound = errors.New("the archive outgrew the size announced 
 // as soon as it is uploaded, and every one is gone when streamParts
 // returns. The first error (produce's, an upload's, the context's, or
 // ErrArchiveOutgrewBound when the output needs more parts than urls has)
-// stops both sides. client may be nil.
+// stops both sides. The parts used are returned in order. client may be
+// nil.
 func streamParts(ctx context.Context, urls panel.BackupUploadURLs, newPart func() (*os.File, error), client *http.Client, produce func(io.Writer) error) ([]panel.BackupPart, error) {
 	if urls.PartSize <= 0 {
 		return nil, fmt.Errorf("the backend gave a part size of %d", urls.PartSize)
@@ -97,51 +104,48 @@ func streamParts(ctx context.Context, urls panel.BackupUploadURLs, newPart func(
 		return nil, errors.New("the backend gave no part URLs")
 	}
 	if client == nil {
-		tr := &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true}
+		tr := &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: partsOnDisk, ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
 		client = &http.Client{Transport: tr}
 	}
-	upCtx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	full := make(chan filledPart) // unbuffered: the writer waits while the uploader is busy
-	var (
-		parts []panel.BackupPart
-		upErr error
-		done  = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for p := range full {
-			if upErr == nil {
-				etag, err := uploadPart(upCtx, client, urls.Parts[p.index], p.f, 0, p.size)
-				if err != nil {
-					upErr = fmt.Errorf("part %d: %w", p.index+1, err)
-					cancel(upErr)
-				} else {
-					parts = append(parts, panel.BackupPart{PartNumber: p.index + 1, ETag: etag})
-				}
+	g, gctx := errgroup.WithContext(ctx)
+	parts := make([]panel.BackupPart, len(urls.Parts))
+	w := &partWriter{ctx: gctx, urls: urls, newPart: newPart, slots: make(chan struct{}, partsOnDisk)}
+	w.upload = func(p filledPart) {
+		g.Go(func() error {
+			defer func() {
+				p.remove()
+				<-w.slots
+			}()
+			etag, err := uploadPart(gctx, client, urls.Parts[p.index], p.f, 0, p.size)
+			if err != nil {
+				err = fmt.Errorf("part %d: %w", p.index+1, err)
+				cancel(err) // before the slot is freed: no new part starts
+				return err
 			}
-			p.remove()
-		}
-	}()
-	w := &partWriter{ctx: upCtx, urls: urls, newPart: newPart, full: full}
+			parts[p.index] = panel.BackupPart{PartNumber: p.index + 1, ETag: etag}
+			return nil
+		})
+	}
 	err := produce(w)
 	if err == nil {
 		err = w.flush()
 	}
 	if err != nil {
-		cancel(err) // stop the upload in flight too
+		cancel(err) // stop the uploads in flight too
 	}
 	w.discard()
-	close(full)
-	<-done
+	gerr := g.Wait()
 	switch {
-	case upErr != nil:
-		return nil, upErr
 	case err != nil:
+		// An upload's failure reaches produce as its writer's error.
 		return nil, err
+	case gerr != nil:
+		return nil, gerr
 	}
-	return parts, nil
+	return parts[:w.next], nil
 }
 
 // filledPart is a part file ready for upload.
@@ -156,13 +160,14 @@ func (p filledPart) remove() {
 	_ = os.Remove(p.f.Name())
 }
 
-// partWriter fills part files and hands each full one to the uploader.
-// Write is called by one goroutine at a time (the compressor's output).
+// partWriter fills part files and hands each full one to upload. Write is
+// called by one goroutine at a time (the compressor's output).
 type partWriter struct {
-	ctx     context.Context
+	ctx     context.Context // cancelled with the first upload error as cause
 	urls    panel.BackupUploadURLs
 	newPart func() (*os.File, error)
-	full    chan<- filledPart
+	upload  func(filledPart)
+	slots   chan struct{} // one token per part on disk
 
 	cur  *os.File
 	n    int64 // bytes in cur
@@ -179,8 +184,14 @@ func (w *partWriter) Write(p []byte) (int, error) {
 			if w.next >= len(w.urls.Parts) {
 				return written, ErrArchiveOutgrewBound
 			}
+			select { // wait for room on disk
+			case w.slots <- struct{}{}:
+			case <-w.ctx.Done():
+				return written, context.Cause(w.ctx)
+			}
 			f, err := w.newPart()
 			if err != nil {
+				<-w.slots
 				return written, err
 			}
 			w.cur, w.n = f, 0
@@ -202,21 +213,15 @@ func (w *partWriter) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// flush hands the current part, if any, to the uploader, waiting while it
-// is busy with the previous one.
+// flush starts the upload of the current part, if any.
 func (w *partWriter) flush() error {
 	if w.cur == nil {
 		return nil
 	}
-	p := filledPart{index: w.next, f: w.cur, size: w.n}
-	select {
-	case w.full <- p:
-		w.cur = nil
-		w.next++
-		return nil
-	case <-w.ctx.Done():
-		return context.Cause(w.ctx)
-	}
+	w.upload(filledPart{index: w.next, f: w.cur, size: w.n})
+	w.cur = nil
+	w.next++
+	return nil
 }
 
 // discard removes the part being filled, if any (after an error).
@@ -224,6 +229,7 @@ func (w *partWriter) discard() {
 	if w.cur != nil {
 		filledPart{f: w.cur}.remove()
 		w.cur = nil
+		<-w.slots
 	}
 }
 
