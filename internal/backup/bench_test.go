@@ -45,8 +45,8 @@ func (s benchServer) StopForJob(context.Context, time.Duration) error { return n
 const benchPartSize = 64 << 20
 
 // BenchmarkObjectStoreBackup: an object_store backup of the game-server tree
-// (createRemote: archive, URLs from the panel by size, parts uploaded
-// partParallelism at a time, local copy deleted) against a real
+// (createRemote: URLs from the panel for a bound of the size, the archive
+// cut into parts uploaded while it is compressed, two at a time) against a real
 // S3-compatible server (versitygw), next to the reference: the same archive,
 // then the parts uploaded one after another. "loopback" talks to the store
 // directly; "wan" puts a link model in front of it, as a remote store is

@@ -20,9 +20,8 @@ import (
 
 // Upload tuning.
 const (
-	partTimeout     = 2 * time.Hour // per attempt, as the spec says
-	partParallelism = 8             // parts in flight: a remote store gives each connection a fraction of the link (the AWS CLI uses 10)
-	partRetryTime   = 5 * time.Minute
+	partTimeout   = 2 * time.Hour // per attempt, as the spec says
+	partRetryTime = 5 * time.Minute
 )
 
 // createRemote streams the archive to the object store while it is being
