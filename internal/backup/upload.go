@@ -53,7 +53,7 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 		return Details{}, fmt.Errorf("asking the backend for upload URLs: %w", err)
 	}
 	var res archive.Result
-	parts, err := streamParts(ctx, urls, func() (*os.File, error) { return CreateTemp(cfg) }, nil, func(w io.Writer) error {
+	parts, err := streamParts(ctx, urls, cfg.System.Backups.ObjectStorePartsOnDisk, func() (*os.File, error) { return CreateTemp(cfg) }, nil, func(w io.Writer) error {
 		var err error
 		res, err = archive.Write(ctx, w, files, opts)
 		return err
@@ -76,13 +76,14 @@ func growthRoom(bound int64) int64 { return bound/64 + 32<<20 }
 // larger than the size announced to the backend (the parts it presigned).
 var ErrArchiveOutgrewBound = errors.New("the archive outgrew the size announced to the backend (files were added during the backup)")
 
-// partsOnDisk is how many parts of a remote backup exist at once: the
-// issue's bound on local disk, and so also the number of parts in flight.
-const partsOnDisk = 2
+// defaultPartsOnDisk is how many parts of a remote backup exist at once
+// unless configured (system.backups.object_store_parts_on_disk): the bound
+// on local disk, and so also the number of parts in flight.
+const defaultPartsOnDisk = 2
 
 // streamParts runs produce with a writer that cuts its output into parts of
 // urls.PartSize bytes and uploads each as soon as it is full, while produce
-// goes on. At most partsOnDisk parts exist at once, each being filled or
+// goes on. At most partsOnDisk parts (defaultPartsOnDisk when < 1) exist at once, each being filled or
 // uploaded: when both are uploading, produce waits for one to finish (the
 // compressor is many times faster than one connection to a remote store, so
 // both connections stay busy). Each part is a temporary file made by
@@ -95,9 +96,12 @@ const partsOnDisk = 2
 // ErrArchiveOutgrewBound when the output needs more parts than urls has)
 // stops both sides. The parts used are returned in order. client may be
 // nil.
-func streamParts(ctx context.Context, urls panel.BackupUploadURLs, newPart func() (*os.File, error), client *http.Client, produce func(io.Writer) error) ([]panel.BackupPart, error) {
+func streamParts(ctx context.Context, urls panel.BackupUploadURLs, partsOnDisk int, newPart func() (*os.File, error), client *http.Client, produce func(io.Writer) error) ([]panel.BackupPart, error) {
 	if urls.PartSize <= 0 {
 		return nil, fmt.Errorf("the backend gave a part size of %d", urls.PartSize)
+	}
+	if partsOnDisk < 1 {
+		partsOnDisk = defaultPartsOnDisk
 	}
 	if len(urls.Parts) == 0 {
 		return nil, errors.New("the backend gave no part URLs")

@@ -42,7 +42,7 @@ func (s *partStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("ETag", fmt.Sprintf(`"etag-%d"`, n))
 }
 
-func streamTest(t *testing.T, urlCount int, partSize int64, refuse map[int]bool, data []byte) (*partStore, []panel.BackupPart, error) {
+func streamTest(t *testing.T, slots, urlCount int, partSize int64, refuse map[int]bool, data []byte) (*partStore, []panel.BackupPart, error) {
 	ps := &partStore{parts: map[int][]byte{}, tried: map[int]int{}, refuse: refuse}
 	srv := httptest.NewServer(ps)
 	t.Cleanup(srv.Close)
@@ -61,7 +61,7 @@ func streamTest(t *testing.T, urlCount int, partSize int64, refuse map[int]bool,
 		mu.Unlock()
 		return f, err
 	}
-	parts, err := streamParts(context.Background(), urls, newPart, nil, func(w io.Writer) error {
+	parts, err := streamParts(context.Background(), urls, slots, newPart, nil, func(w io.Writer) error {
 		// Writes of uneven sizes, across part boundaries.
 		for rest := data; len(rest) > 0; {
 			k := min(len(rest), 1+len(rest)%(300<<10))
@@ -75,7 +75,7 @@ func streamTest(t *testing.T, urlCount int, partSize int64, refuse map[int]bool,
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("%d part files left", len(entries))
 	}
-	if peak > partsOnDisk {
+	if peak > slots {
 		t.Errorf("%d part files at once", peak)
 	}
 	return ps, parts, err
@@ -84,7 +84,7 @@ func streamTest(t *testing.T, urlCount int, partSize int64, refuse map[int]bool,
 func TestStreamPartsUploadsInOrder(t *testing.T) {
 	data := make([]byte, 7<<20+12345)
 	rand.Read(data)
-	ps, parts, err := streamTest(t, 20, 1<<20, nil, data)
+	ps, parts, err := streamTest(t, 2, 20, 1<<20, nil, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +101,23 @@ func TestStreamPartsUploadsInOrder(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), data) {
 		t.Fatal("the parts do not make the data")
 	}
+	// More room on disk, more parts at once, the same object.
+	ps, parts, err = streamTest(t, 4, 20, 1<<20, nil, data)
+	if err != nil || len(parts) != 8 {
+		t.Fatalf("%d parts, %v", len(parts), err)
+	}
+	got.Reset()
+	for i := range parts {
+		got.Write(ps.parts[i+1])
+	}
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatal("the parts do not make the data (4 on disk)")
+	}
 }
 
 func TestStreamPartsOutgrowsBound(t *testing.T) {
 	data := make([]byte, 5<<20)
-	_, _, err := streamTest(t, 3, 1<<20, nil, data)
+	_, _, err := streamTest(t, 2, 3, 1<<20, nil, data)
 	if !errors.Is(err, ErrArchiveOutgrewBound) {
 		t.Fatalf("err = %v", err)
 	}
@@ -113,7 +125,7 @@ func TestStreamPartsOutgrowsBound(t *testing.T) {
 
 func TestStreamPartsStopsAtFailedPart(t *testing.T) {
 	data := make([]byte, 12<<20)
-	ps, _, err := streamTest(t, 20, 1<<20, map[int]bool{3: true}, data)
+	ps, _, err := streamTest(t, 2, 20, 1<<20, map[int]bool{3: true}, data)
 	if err == nil || !strings.Contains(err.Error(), "part 3") {
 		t.Fatalf("err = %v", err)
 	}
@@ -132,7 +144,7 @@ func TestStreamPartsCancelled(t *testing.T) {
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	urls := panel.BackupUploadURLs{PartSize: 1 << 20, Parts: []string{srv.URL + "/?partNumber=1", srv.URL + "/?partNumber=2", srv.URL + "/?partNumber=3"}}
-	_, err := streamParts(ctx, urls, func() (*os.File, error) { return os.CreateTemp(dir, "part-") }, nil, func(w io.Writer) error {
+	_, err := streamParts(ctx, urls, 2, func() (*os.File, error) { return os.CreateTemp(dir, "part-") }, nil, func(w io.Writer) error {
 		w.Write(make([]byte, 1500<<10))
 		cancel()
 		_, err := w.Write(make([]byte, 10))
