@@ -134,7 +134,7 @@ func streamParts(ctx context.Context, urls panel.BackupUploadURLs, partsOnDisk i
 	}
 	err := produce(w)
 	if err == nil {
-		err = w.flush()
+		w.flush() // the last part, shorter
 	}
 	if err != nil {
 		cancel(err) // stop the uploads in flight too
@@ -208,23 +208,20 @@ func (w *partWriter) Write(p []byte) (int, error) {
 			return written, err
 		}
 		if w.n == w.urls.PartSize {
-			if err := w.flush(); err != nil {
-				return written, err
-			}
+			w.flush()
 		}
 	}
 	return written, nil
 }
 
 // flush starts the upload of the current part, if any.
-func (w *partWriter) flush() error {
+func (w *partWriter) flush() {
 	if w.cur == nil {
-		return nil
+		return
 	}
 	w.upload(filledPart{index: w.next, f: w.cur, size: w.n})
 	w.cur = nil
 	w.next++
-	return nil
 }
 
 // discard removes the part being filled, if any (after an error).
