@@ -361,3 +361,60 @@ func TestBackupObjectStoreOutgrowsBound(t *testing.T) {
 	noPendingUploads(t, store)
 	noTempFiles(t, n)
 }
+
+// TestBackupObjectStoreCancelledMidUpload: the server is deleted while a
+// part upload hangs; the backup ends at once (not after the part's
+// two-hour timeout), reports failure, and leaves no part file behind.
+func TestBackupObjectStoreCancelledMidUpload(t *testing.T) {
+	store := objectstore.Start(t)
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(backupServer)}})
+	big := make([]byte, 30<<20)
+	rand.Read(big)
+	os.WriteFile(filepath.Join(n.serverDir(backupServer), "world.bin"), big, 0o644)
+
+	target, _ := url.Parse(store.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	hanging := make(chan struct{}, 1)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("partNumber") == "2" {
+			// The body read to its end (or the agent's hang-up), so that
+			// the server notices when the connection goes.
+			io.Copy(io.Discard, r.Body)
+			select {
+			case hanging <- struct{}{}:
+			default:
+			}
+			select {
+			case <-r.Context().Done(): // the agent gave up
+			case <-time.After(time.Minute):
+			}
+			return
+		}
+		r.Host = target.Host
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	var p s3Panel
+	p.install(n, store, 5<<20, proxy.URL, nil)
+	id := newBackupID()
+	if res, body := n.request("POST", "/api/servers/"+backupServer+"/backup", map[string]any{"adapter": "s3", "uuid": id}, ""); res.StatusCode != 202 {
+		t.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	select {
+	case <-hanging:
+	case <-time.After(time.Minute):
+		t.Fatalf("part 2 never sent\n%s", n.log)
+	}
+	start := time.Now()
+	if res, body := n.request("DELETE", "/api/servers/"+backupServer, nil, ""); res.StatusCode != 204 {
+		t.Fatalf("delete: %d %s", res.StatusCode, body)
+	}
+	st := n.waitBackupStatus(id, 20*time.Second)
+	if st.Successful {
+		t.Fatalf("status %+v", st)
+	}
+	t.Logf("failure reported %s after the deletion", time.Since(start).Round(time.Millisecond))
+	p.finish(t, st)
+	noPendingUploads(t, store)
+	noTempFiles(t, n)
+}
