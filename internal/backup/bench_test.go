@@ -47,8 +47,9 @@ func (s benchServer) StopForJob(context.Context, time.Duration) error { return n
 const benchPartSize = 64 << 20
 
 // BenchmarkObjectStoreBackup: an object_store backup of the game-server tree
-// (createRemote: archive, URLs from the panel by size, parts uploaded
-// partParallelism at a time, local copy deleted) against a real
+// (createRemote: URLs from the panel for a bound of the size, the archive
+// cut into parts uploaded while it is compressed, two at a time or
+// WHARF_BENCH_PARTS_ON_DISK) against a real
 // S3-compatible server (versitygw), next to the reference: the same archive,
 // then the parts uploaded one after another. "loopback" talks to the store
 // directly; "wan" puts a link model in front of it, as a remote store is
@@ -142,6 +143,9 @@ func benchObjectStore(b *testing.B, dir string, total int64, srv benchServer, st
 	c := config.Defaults()
 	c.System.BackupDirectory = filepath.Join(dir, "backups")
 	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_PARTS_ON_DISK")); err == nil && v > 0 {
+		c.System.Backups.ObjectStorePartsOnDisk = v
+	}
 	cfg := config.NewStore(filepath.Join(dir, "config.yml"), c)
 	client := panel.New(func() panel.Settings {
 		return panel.Settings{Remote: ps.URL, TokenID: "tid", Token: "token", Timeout: time.Minute}

@@ -182,6 +182,10 @@ type Backups struct {
 	// when the directory already holds a server's subdirectory, else flat).
 	// Both layouts are always read.
 	Layout string `yaml:"layout" json:"layout"`
+	// ObjectStorePartsOnDisk is how many parts of an object-store backup
+	// may exist on local disk at once, each being filled or uploaded: the
+	// disk used and the uploads in flight (docs/configuration.md).
+	ObjectStorePartsOnDisk int `yaml:"object_store_parts_on_disk" json:"object_store_parts_on_disk"`
 }
 
 // Transfers configures server transfers.

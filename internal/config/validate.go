@@ -189,6 +189,9 @@ func validateBackups(c *Config, bad badFunc) {
 	default:
 		bad("system.backups.compression_level", "must be one of none, best_speed, best_compression")
 	}
+	if n := c.System.Backups.ObjectStorePartsOnDisk; n < 1 || n > 64 {
+		bad("system.backups.object_store_parts_on_disk", "must be from 1 to 64")
+	}
 	switch c.System.Backups.Layout {
 	case "", "auto", "flat", "per_server":
 	default:

@@ -150,3 +150,24 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	}
 	return out.Body, nil
 }
+
+// Abort aborts the upload, as the panel does when the agent reports a
+// failed backup.
+func (u *Upload) Abort(ctx context.Context) error {
+	_, err := u.s.Client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String(u.s.Bucket), Key: aws.String(u.Key), UploadId: aws.String(u.ID)})
+	return err
+}
+
+// PendingUploads lists the multipart uploads of the bucket that are
+// neither completed nor aborted, by key.
+func (s *Store) PendingUploads(ctx context.Context) ([]string, error) {
+	out, err := s.Client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.Bucket)})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(out.Uploads))
+	for i, u := range out.Uploads {
+		keys[i] = aws.ToString(u.Key)
+	}
+	return keys, nil
+}

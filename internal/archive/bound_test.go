@@ -1,0 +1,55 @@
+package archive
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSizeBoundCoversArchive: the bound is at least the archive's size for
+// every kind of entry, incompressible data (where gzip expands), long and
+// non-ASCII names (PAX extensions), many tiny files (framing dominates) and
+// every level, and it is not wildly above it.
+func TestSizeBoundCoversArchive(t *testing.T) {
+	root := t.TempDir()
+	buildTree(t, root)
+	noise := make([]byte, 3<<20+17)
+	rand.Read(noise)
+	long := strings.Repeat("very-long-directory-name-", 8)
+	os.MkdirAll(filepath.Join(root, long, long), 0o755)
+	os.WriteFile(filepath.Join(root, long, long, "noise-ünïcode-"+strings.Repeat("x", 150)), noise, 0o644)
+	os.Symlink(strings.Repeat("../", 200)+"target", filepath.Join(root, long, "long-link"))
+	os.Mkdir(filepath.Join(root, "tiny"), 0o755)
+	// Enough long names that their extensions (a PAX header and records
+	// each) far outweigh the bound's fixed room.
+	for i := range 3000 {
+		os.WriteFile(filepath.Join(root, "tiny", fmt.Sprintf("%s%d", strings.Repeat("t", 100+i%150), i)), []byte{byte(i)}, 0o644)
+	}
+	src := newFS(t, root)
+	for _, level := range []int{LevelNone, ParseLevel("best_speed"), ParseLevel("best_compression")} {
+		for _, opts := range []WriteOptions{
+			{Level: level, Manifest: true, TreeTrailer: true},
+			{Level: level},
+			{Level: level, Manifest: true, TreeTrailer: true, Ignore: "tiny/\n"},
+		} {
+			data, res := writeArchive(t, src, opts)
+			bound, err := SizeBound(context.Background(), src, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bound < int64(len(data)) || res.Size != int64(len(data)) {
+				t.Fatalf("level %d ignore %q: bound %d < archive %d", level, opts.Ignore, bound, len(data))
+			}
+			// Generous, not absurd: within 1 %, the fixed room and 2 KiB per
+			// entry of the uncompressed archive.
+			entries := res.Files + res.Dirs + res.Symlinks
+			if slack := bound - int64(len(data)); level == LevelNone && slack > int64(len(data))/100+fixedOverhead+2048*entries {
+				t.Fatalf("level %d: bound %d for an archive of %d", level, bound, len(data))
+			}
+		}
+	}
+}
