@@ -21,7 +21,6 @@ package chunkstore
 
 import (
 	"bytes"
-	"runtime"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,6 +30,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
