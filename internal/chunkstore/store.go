@@ -51,6 +51,16 @@ const pol = chunker.Pol(0x3DA3358B4DC173)
 
 const manifestVersion = 1
 
+// Chunk sizes: ~128 KiB on average (smaller than restic's 1 MiB), so that
+// a small change to a server, which also rewrites the archive's integrity
+// entry at its end, adds little to the store. Fixed for every repository,
+// like pol.
+const (
+	minChunk    = 32 << 10
+	maxChunk    = 2 << 20
+	averageBits = 17
+)
+
 // Manifest describes one backup.
 type Manifest struct {
 	Version int       `json:"version"`
@@ -135,7 +145,8 @@ var (
 func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
 	m := Manifest{Version: manifestVersion, Server: server, Backup: backup, Created: time.Now().UTC()}
 	sum := sha1.New()
-	ch := chunker.New(io.TeeReader(r, sum), pol)
+	ch := chunker.NewWithBoundaries(io.TeeReader(r, sum), pol, minChunk, maxChunk)
+	ch.SetAverageBits(averageBits)
 	pinned := map[string]struct{}{}
 	defer s.unpin(pinned)
 

@@ -181,6 +181,10 @@ type Backups struct {
 	// when the directory already holds a server's subdirectory, else flat).
 	// Both layouts are always read.
 	Layout string `yaml:"layout" json:"layout"`
+	// Format of new local backups: archive (default) or repository
+	// (backuprepo.go).
+	Format     string           `yaml:"format" json:"format"`
+	Repository BackupRepository `yaml:"repository" json:"repository"`
 }
 
 // Transfers configures server transfers.

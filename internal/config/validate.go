@@ -144,6 +144,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("system.backups.layout", "must be one of auto, flat, per_server")
 	}
+	c.validateBackupFormat(bad)
 	switch c.System.Transfers.Compression {
 	case "", "auto", "zstd", "none":
 	default:
