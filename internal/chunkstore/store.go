@@ -120,6 +120,15 @@ func Open(dir string) (*Store, error) {
 	return &Store{dir: dir, pins: map[string]int{}}, nil
 }
 
+// OpenExisting opens the repository in dir for reading (export, verify)
+// while a daemon may be writing to it: it changes nothing on disk.
+func OpenExisting(dir string) (*Store, error) {
+	if _, err := os.Stat(filepath.Join(dir, "snapshots")); err != nil {
+		return nil, fmt.Errorf("no backup repository at %s: %w", dir, err)
+	}
+	return &Store{dir: dir, pins: map[string]int{}}, nil
+}
+
 // Dir is the repository's directory.
 func (s *Store) Dir() string { return s.dir }
 

@@ -232,3 +232,121 @@ func TestBackupRepositoryPanelFlows(t *testing.T) {
 		t.Fatalf("the restore error names no file:\n%s", n.log)
 	}
 }
+
+// TestBackupRepositoryExportVerifyDiagnostics: `wharf backups export`
+// writes a tar.gz that plain tar extracts, `wharf backups verify` names the
+// files of a damaged chunk, and `wharf diagnostics` shows the format.
+func TestBackupRepositoryExportVerifyDiagnostics(t *testing.T) {
+	n := repositoryNode(t)
+	dir := n.serverDir(backupServer)
+	big := randomBytes(4 << 20)
+	writeFiles(t, dir, map[string]string{"a.txt": "a", "world/region.bin": big})
+	id := newBackupID()
+	if st := n.backup(id, "local", ""); !st.Successful {
+		t.Fatal("backup failed")
+	}
+	wharf := func(args ...string) (string, error) {
+		b, err := exec.Command(wharfBinary, args...).CombinedOutput()
+		return string(b), err
+	}
+	if out, err := wharf("diagnostics", "--config", n.CfgPath, "--log-lines", "0"); err != nil || !strings.Contains(out, "system.backups.format: repository") {
+		t.Fatalf("diagnostics: %v\n%s", err, out)
+	}
+	to := t.TempDir()
+	if out, err := wharf("backups", "export", "--config", n.CfgPath, "--to", to, id); err != nil {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	if b, err := exec.Command("tar", "xzf", filepath.Join(to, id+".tar.gz"), "-C", out).CombinedOutput(); err != nil {
+		t.Fatalf("tar xzf: %v %s", err, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "world/region.bin")); string(b) != big {
+		t.Fatal("the export holds a different world/region.bin")
+	}
+	if o, err := wharf("backups", "export", "--config", n.CfgPath, "--to", to, newBackupID()); err == nil {
+		t.Fatalf("export of a missing backup succeeded:\n%s", o)
+	}
+	if o, err := wharf("backups", "verify", "--config", n.CfgPath); err != nil || !strings.Contains(o, "ok       "+id) {
+		t.Fatalf("verify of a whole repository: %v\n%s", err, o)
+	}
+	// Damage the largest chunk: the random file's content.
+	var victim string
+	var size int64
+	filepath.WalkDir(filepath.Join(n.repoDir(), "chunks"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, _ := d.Info(); fi.Size() > size {
+				victim, size = p, fi.Size()
+			}
+		}
+		return nil
+	})
+	b, _ := os.ReadFile(victim)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(victim, b, 0o600)
+	o, err := wharf("backups", "verify", "--config", n.CfgPath)
+	if err == nil || !strings.Contains(o, "DAMAGED  "+id) || !strings.Contains(o, "affected file: world/region.bin") {
+		t.Fatalf("verify of a damaged chunk: %v\n%s", err, o)
+	}
+}
+
+// TestBackupRepositoryKill9 kills the daemon during a backup, and during
+// the garbage collection after a delete: the other backups restore whole,
+// and a later backup of the same files does not trust a chunk that is not
+// there.
+func TestBackupRepositoryKill9(t *testing.T) {
+	n := repositoryNode(t)
+	dir := n.serverDir(backupServer)
+	keep := randomBytes(8 << 20)
+	writeFiles(t, dir, map[string]string{"keep.bin": keep})
+	kept := newBackupID()
+	if st := n.backup(kept, "local", ""); !st.Successful {
+		t.Fatal("backup failed")
+	}
+	for i := range 6 {
+		writeFiles(t, dir, map[string]string{fmt.Sprintf("data%d", i): randomBytes(16 << 20)})
+	}
+	// Kill -9 once the backup has written chunks.
+	id := newBackupID()
+	if res, _ := n.request("POST", "/api/servers/"+backupServer+"/backup", map[string]any{"adapter": "local", "uuid": id}, ""); res.StatusCode != 202 {
+		t.Fatal("backup refused")
+	}
+	start := repoUsage(t, n.repoDir())
+	wait.For(t, 20*time.Second, func() bool { return repoUsage(t, n.repoDir()) > start+(4<<20) }, "the backup to write chunks")
+	if err := n.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.exited
+	n.restart()
+	if code := n.restoreBackup(id, false); code != 404 {
+		t.Fatalf("the killed backup answers %d to a restore", code)
+	}
+	// The boot's GC removes the killed backup's chunks.
+	wait.For(t, time.Minute, func() bool { return repoUsage(t, n.repoDir()) < start+(1<<20) }, "the killed backup's chunks to be collected")
+	// A new backup of the same files is whole.
+	id2 := newBackupID()
+	if st := n.backup(id2, "local", ""); !st.Successful {
+		t.Fatal("backup after the crash failed")
+	}
+	// Kill -9 during the GC of a delete, then everything left restores.
+	if res, _ := n.request("DELETE", "/api/servers/"+backupServer+"/backup/"+id2, nil, ""); res.StatusCode != 204 {
+		t.Fatal("delete refused")
+	}
+	if err := n.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.exited
+	n.restart()
+	os.Remove(filepath.Join(dir, "keep.bin"))
+	if code := n.restoreBackup(kept, false); code != 202 {
+		t.Fatalf("restore of the kept backup: %d", code)
+	}
+	if !n.waitRestoreStatus(kept, time.Minute) {
+		t.Fatalf("the kept backup no longer restores\n%s", n.log)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "keep.bin")); string(b) != keep {
+		t.Fatal("keep.bin restored wrong")
+	}
+	if o, err := exec.Command(wharfBinary, "backups", "verify", "--config", n.CfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("verify after the crashes: %v\n%s", err, o)
+	}
+}
