@@ -102,6 +102,8 @@ type Store struct {
 	pins     map[string]int      // chunks used by backups being written
 	gcActive bool                // a GC is running
 	gcKeep   map[string]struct{} // chunks of backups finished during a GC
+
+	afterMark func() // tests: runs between GC's reading of the manifests and its removals
 }
 
 // Open opens (creating when absent) the repository in dir and removes
@@ -388,6 +390,9 @@ func (s *Store) GC() (int, error) {
 	ms, err := s.List()
 	if err != nil {
 		return 0, err
+	}
+	if s.afterMark != nil {
+		s.afterMark()
 	}
 	used := map[string]struct{}{}
 	for _, m := range ms {

@@ -117,3 +117,82 @@ func TestCorruptChunkNamesFiles(t *testing.T) {
 	}
 	_ = filepath.Base
 }
+
+// TestGCConcurrentWithBackups runs collections without pause while backups
+// that share chunks with a deleted backup are written: every backup
+// written reads back whole.
+func TestGCConcurrentWithBackups(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := randomFiles(16, 256<<10, 3)
+	data := tarOf(t, files)
+	if _, err := s.Write("srv", "old", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("srv", "old"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	gcs := 0
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			if _, err := s.GC(); err != nil {
+				t.Error(err)
+				return
+			}
+			gcs++
+		}
+	}()
+	var ms []Manifest
+	for i := range 8 {
+		m, err := s.Write("srv", "b"+string(rune('0'+i)), bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+		// Delete some, so the next one reuses chunks GC may be removing.
+		if i%2 == 0 {
+			_ = s.Delete("srv", m.Backup)
+			ms = ms[:len(ms)-1]
+		}
+	}
+	<-done
+	for _, m := range ms {
+		if d := s.Check(m); d != nil {
+			t.Fatalf("backup %s damaged after concurrent GCs (%d GCs): %v", m.Backup, gcs, d.Chunks[0])
+		}
+	}
+}
+
+// TestGCKeepsABackupFinishedDuringIt writes a backup that reuses the chunks
+// of a deleted one after the GC read the manifests and before it removes
+// chunks: the new backup must keep them.
+func TestGCKeepsABackupFinishedDuringIt(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := tarOf(t, randomFiles(8, 256<<10, 4))
+	if _, err := s.Write("srv", "old", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("srv", "old"); err != nil {
+		t.Fatal(err)
+	}
+	var m Manifest
+	s.afterMark = func() {
+		var err error
+		if m, err = s.Write("srv", "new", bytes.NewReader(data)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if d := s.Check(m); d != nil {
+		t.Fatalf("the backup written during the GC lost chunks: %v", d.Chunks[0])
+	}
+}
