@@ -178,8 +178,9 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
 	}
 	res, err := archive.Extract(ctx, r, files, opts)
-	var ce *chunkstore.ChunkError
-	if fromRepo && err != nil && errors.As(err, &ce) {
+	// The extractor may wrap the chunk error in its own: check the
+	// chunks whenever a repository restore fails.
+	if fromRepo && err != nil && ctx.Err() == nil {
 		if d := repo.st.Check(repo.m); d != nil {
 			return res, &DamageError{D: d}
 		}

@@ -231,6 +231,15 @@ func TestBackupRepositoryPanelFlows(t *testing.T) {
 	if !strings.Contains(n.log.String(), ".bin") {
 		t.Fatalf("the restore error names no file:\n%s", n.log)
 	}
+	// Without truncate the damage is found while extracting: same error.
+	waitFor = len(n.Panel.CallsTo("POST", "/backups/"+id3+"/restore"))
+	if code := n.restoreBackup(id3, false); code != 202 {
+		t.Fatalf("restore: %d", code)
+	}
+	if waitCalls(t, n, "/backups/"+id3+"/restore", waitFor+1) {
+		t.Fatal("a damaged backup was reported restored")
+	}
+	wait.For(t, 10*time.Second, func() bool { return strings.Count(n.log.String(), "affected files: ") >= 2 }, "the second restore error naming the files\n%s", n.log)
 }
 
 // TestBackupRepositoryExportVerifyDiagnostics: `wharf backups export`
