@@ -77,7 +77,9 @@ func exportOne(cfg *config.Config, st *chunkstore.Store, id, dst string) error {
 		if err == nil {
 			return atomicfile.Write(dst, 0o600, func(w io.Writer) error {
 				gw := pgzip.NewWriter(w)
-				if _, err := io.Copy(gw, st.Reader(m)); err != nil {
+				rd := st.Reader(m)
+				defer rd.Close()
+				if _, err := io.Copy(gw, rd); err != nil {
 					return err
 				}
 				return gw.Close()

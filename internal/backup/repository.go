@@ -118,7 +118,9 @@ func gzipStream(st *chunkstore.Store, m chunkstore.Manifest, level int) io.ReadC
 			pw.CloseWithError(err)
 			return
 		}
-		_, err = io.Copy(gw, st.Reader(m))
+		rd := st.Reader(m)
+		defer rd.Close()
+		_, err = io.Copy(gw, rd)
 		if cerr := gw.Close(); err == nil {
 			err = cerr
 		}

@@ -4,22 +4,47 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"sync"
 )
 
 // Reader returns the tar stream of backup m. Every chunk is checked
 // against its hash as it is read; a damaged one ends the stream with a
-// *ChunkError.
-func (s *Store) Reader(m Manifest) io.Reader {
-	return &reader{s: s, m: m}
+// *ChunkError. Chunks are read, decompressed and hashed ahead, on several
+// cores, in order.
+func (s *Store) Reader(m Manifest) io.ReadCloser {
+	const ahead = 8
+	r := &reader{out: make(chan chan result, ahead), stop: make(chan struct{})}
+	go func() {
+		defer close(r.out)
+		var off int64
+		for _, c := range m.Chunks {
+			ch := make(chan result, 1)
+			select {
+			case r.out <- ch:
+			case <-r.stop:
+				return
+			}
+			go func(c Chunk, off int64) {
+				b, err := s.readChunk(c, off)
+				ch <- result{b, err}
+			}(c, off)
+			off += c.Len
+		}
+	}()
+	return r
+}
+
+type result struct {
+	b   []byte
+	err error
 }
 
 type reader struct {
-	s   *Store
-	m   Manifest
-	i   int
-	off int64
-	buf []byte
-	err error
+	out  chan chan result
+	stop chan struct{}
+	once sync.Once
+	buf  []byte
+	err  error
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -27,22 +52,28 @@ func (r *reader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		if r.i >= len(r.m.Chunks) {
+		ch, ok := <-r.out
+		if !ok {
+			r.err = io.EOF
 			return 0, io.EOF
 		}
-		c := r.m.Chunks[r.i]
-		b, err := r.s.readChunk(c, r.off)
-		if err != nil {
-			r.err = err
-			return 0, err
+		res := <-ch
+		if res.err != nil {
+			r.err = res.err
+			r.Close()
+			return 0, res.err
 		}
-		r.buf = b
-		r.i++
-		r.off += c.Len
+		r.buf = res.b
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
+}
+
+// Close stops the reading ahead.
+func (r *reader) Close() error {
+	r.once.Do(func() { close(r.stop) })
+	return nil
 }
 
 // Damage is a backup with damaged chunks and the entries they touch.
