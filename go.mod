@@ -29,7 +29,7 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
-	github.com/restic/chunker v0.4.0 // indirect
+	github.com/restic/chunker v0.4.0
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 )
 
