@@ -58,6 +58,8 @@ func run(bootTime time.Time, args []string) error {
 			return runConfigure(ctx, args[1:])
 		case "diagnostics":
 			return runDiagnostics(ctx, args[1:])
+		case "backups":
+			return runBackups(args[1:])
 		case files.WorkerCommand: // hidden: the daemon's isolated archive decoder
 			return files.ExtractWorkerMain(ctx)
 		case "dev":
@@ -86,6 +88,8 @@ func run(bootTime time.Time, args []string) error {
 		fmt.Fprintf(fs.Output(), "usage: wharf [--config PATH] [--debug] [--log-format text|json]\n"+
 			"       wharf configure --panel-url URL --token KEY --node ID [--config-path PATH] [--override] [--allow-insecure]\n"+
 			"       wharf diagnostics [--config PATH] [--log-lines N]\n"+
+			"       wharf backups export [--config PATH] --to DIR BACKUP_UUID...\n"+
+			"       wharf backups verify [--config PATH] [BACKUP_UUID...]\n"+
 			"       wharf dev [--dir DIR] [--port N] [--servers DIR]\n"+
 			"       wharf version\n\n")
 		fs.PrintDefaults()

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/panel"
@@ -89,6 +90,11 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]bool // backup UUIDs being made
+
+	repoMu    sync.Mutex
+	repo      *chunkstore.Store // system.backups.format: repository (repository.go)
+	gcRunning bool
+	gcAgain   bool
 }
 
 // New returns a service; ctx is the node's lifetime.
@@ -114,6 +120,11 @@ func (s *Service) dir() string { return s.cfg.Get().System.BackupDirectory }
 
 // CleanTemporaries removes partial archives left by a crash (at boot).
 func (s *Service) CleanTemporaries() {
+	// Opening the repository clears its temporary chunks; a GC then
+	// removes the chunks of a backup or delete a crash interrupted.
+	if st := s.existingRepository(s.cfg.Get()); st != nil {
+		s.scheduleGC(st)
+	}
 	entries, err := os.ReadDir(s.dir())
 	if err != nil {
 		return
@@ -137,6 +148,20 @@ func (s *Service) Locate(srv Server, backup string) (string, error) {
 func (s *Service) Delete(srv Server, backup string) error {
 	cfg := s.cfg.Get()
 	p, err := LocalPath(cfg, srv.UUID(), backup)
+	if errors.Is(err, ErrNotFound) {
+		st, _, rerr := s.repoManifest(cfg, srv.UUID(), backup)
+		if rerr != nil {
+			return rerr
+		}
+		if err := st.Delete(srv.UUID(), backup); err != nil {
+			if errors.Is(err, chunkstore.ErrNotFound) {
+				return ErrNotFound
+			}
+			return err
+		}
+		s.scheduleGC(st)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/metrics"
@@ -88,7 +89,9 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 		d   Details
 		err error
 	)
-	if adapter == Local {
+	if adapter == Local && s.cfg.Get().BackupFormat() == config.BackupFormatRepository {
+		d, err = s.createRepository(ctx, srv, backup, ignore)
+	} else if adapter == Local {
 		d, err = s.createLocal(ctx, srv, backup, ignore)
 	} else {
 		d, err = s.createRemote(ctx, srv, backup, ignore)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/metrics"
@@ -40,11 +41,20 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
-	var path string
+	var (
+		path string
+		repo *repoSource
+	)
 	switch req.Adapter {
 	case Local:
 		p, err := s.Locate(srv, backup)
-		if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			st, m, rerr := s.repoManifest(s.cfg.Get(), srv.UUID(), backup)
+			if rerr != nil {
+				return rerr
+			}
+			repo = &repoSource{st: st, m: m}
+		} else if err != nil {
 			return err
 		}
 		path = p
@@ -70,6 +80,9 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 			return err
 		}
 		src = body
+	} else if repo != nil {
+		repo.ReadCloser = gzipStream(repo.st, repo.m, archive.LevelNone)
+		src = repo
 	} else {
 		f, err := os.Open(path)
 		if err != nil {
@@ -127,7 +140,14 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	files := srv.Files().Trusted()
 	// Extract reads ahead in large buffers itself.
 	r := io.Reader(src)
-	if req.TruncateDirectory && req.Adapter == Local {
+	repo, fromRepo := src.(*repoSource)
+	if fromRepo && req.TruncateDirectory {
+		// As for an archive: a damaged backup changes nothing.
+		if d := repo.st.Check(repo.m); d != nil {
+			return archive.ExtractResult{}, &DamageError{D: d}
+		}
+	}
+	if req.TruncateDirectory && req.Adapter == Local && !fromRepo {
 		// The local archive is read once completely before the directory
 		// is emptied: a corrupt archive then changes nothing.
 		f, ok := src.(*os.File)
@@ -154,5 +174,20 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 		// first entry was read: only then is the directory emptied.
 		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
 	}
-	return archive.Extract(ctx, r, files, opts)
+	res, err := archive.Extract(ctx, r, files, opts)
+	// The extractor may wrap the chunk error in its own: check the
+	// chunks whenever a repository restore fails.
+	if fromRepo && err != nil && ctx.Err() == nil {
+		if d := repo.st.Check(repo.m); d != nil {
+			return res, &DamageError{D: d}
+		}
+	}
+	return res, err
+}
+
+// repoSource is the tar.gz of a repository backup being restored.
+type repoSource struct {
+	io.ReadCloser
+	st *chunkstore.Store
+	m  chunkstore.Manifest
 }

@@ -186,6 +186,10 @@ type Backups struct {
 	// may exist on local disk at once, each being filled or uploaded: the
 	// disk used and the uploads in flight (docs/configuration.md).
 	ObjectStorePartsOnDisk int `yaml:"object_store_parts_on_disk" json:"object_store_parts_on_disk"`
+	// Format of new local backups: archive (default) or repository
+	// (backuprepo.go).
+	Format     string           `yaml:"format" json:"format"`
+	Repository BackupRepository `yaml:"repository" json:"repository"`
 }
 
 // Transfers configures server transfers.

@@ -82,6 +82,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"bad timezone", func(c *Config) { c.System.Timezone = "Mars/Olympus" }, "system.timezone"},
 		{"bad compression", func(c *Config) { c.System.Backups.CompressionLevel = "max" }, "system.backups.compression_level"},
 		{"bad backup layout", func(c *Config) { c.System.Backups.Layout = "nested" }, "system.backups.layout"},
+		{"bad backup format", func(c *Config) { c.System.Backups.Format = "restic" }, "system.backups.format"},
+		{"relative repository", func(c *Config) { c.System.Backups.Repository.Path = "repo" }, "system.backups.repository.path"},
 		{"zero timeout", func(c *Config) { c.RemoteQuery.Timeout = 0 }, "remote_query.timeout"},
 		{"no sftp handles", func(c *Config) { c.System.SFTP.MaxHandles = 0 }, "system.sftp.max_handles"},
 		{"no sftp startups per source", func(c *Config) { c.System.SFTP.MaxStartupsPerSource = -1 }, "system.sftp.max_startups_per_source"},

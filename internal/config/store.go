@@ -214,6 +214,8 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	list("system.backups.restore_host_allowlist", &ns.Backups.RestoreHostAllowlist, cs.Backups.RestoreHostAllowlist)
 	// Where the node's archives are: the panels know nothing of it.
 	str("system.backups.layout", &ns.Backups.Layout, cs.Backups.Layout)
+	str("system.backups.format", &ns.Backups.Format, cs.Backups.Format)
+	str("system.backups.repository.path", &ns.Backups.Repository.Path, cs.Backups.Repository.Path)
 	if !jsonEqual(next.Docker, current.Docker) {
 		kept = append(kept, "docker")
 	}

@@ -200,6 +200,7 @@ func validateBackups(c *Config, bad badFunc) {
 }
 
 func validateTransfers(c *Config, bad badFunc) {
+	c.validateBackupFormat(bad)
 	switch c.System.Transfers.Compression {
 	case "", "auto", "zstd", "none":
 	default:

@@ -63,6 +63,8 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		panelCheck(ctx, &b, cfg)
 		section("Disk space")
 		diskSpace(&b, cfg)
+		section("Backups")
+		backupFormat(&b, cfg)
 	}
 
 	if opts.LogLines > 0 {
@@ -230,6 +232,15 @@ func panelCheck(ctx context.Context, b *strings.Builder, c *config.Config) {
 		verdict = "answers with an error"
 	}
 	fmt.Fprintf(b, "%s %s: %s in %s\n", c.Remote, verdict, res.Status, time.Since(start).Round(time.Millisecond))
+}
+
+// backupFormat shows the effective system.backups.format (an empty key
+// means archive) and where the repository is.
+func backupFormat(b *strings.Builder, c *config.Config) {
+	fmt.Fprintf(b, "system.backups.format: %s\n", c.BackupFormat())
+	if c.BackupFormat() == config.BackupFormatRepository {
+		fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
+	}
 }
 
 func diskSpace(b *strings.Builder, c *config.Config) {

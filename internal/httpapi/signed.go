@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/upload"
@@ -83,6 +84,22 @@ func (a *API) getDownloadBackup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p, err := a.Backups.Locate(s, claims.BackupUUID)
+	if errors.Is(err, backup.ErrNotFound) {
+		// A backup in the repository: its tar.gz is generated as sent.
+		rc, rerr := a.Backups.OpenRepositoryDownload(s.UUID(), claims.BackupUUID)
+		if rerr != nil {
+			return rerr
+		}
+		defer rc.Close()
+		w.Header().Set("Content-Disposition", attachment("backup-"+claims.BackupUUID+".tar.gz"))
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if _, err := io.Copy(w, rc); err != nil {
+			// Cut the connection: a truncated body must not look whole.
+			a.Log.Error("backup download failed", "backup", claims.BackupUUID, "error", err)
+			panic(http.ErrAbortHandler)
+		}
+		return nil
+	}
 	if err != nil {
 		return err
 	}
