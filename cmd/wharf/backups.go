@@ -141,6 +141,11 @@ func runBackupsVerify(args []string) error {
 	bad := 0
 	for _, m := range ms {
 		d := st.Check(m)
+		if d == nil && m.Version >= 2 && chunkstore.ChunkListSHA1(m.Chunks) != m.SHA1 {
+			bad++
+			fmt.Printf("DAMAGED  %s (server %s): its checksum does not match its chunk list\n", m.Backup, m.Server)
+			continue
+		}
 		if d == nil {
 			fmt.Printf("ok       %s (server %s, %d bytes)\n", m.Backup, m.Server, m.Size)
 			continue

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
@@ -61,6 +62,27 @@ type WriteOptions struct {
 	// archive's writer (bzip2, xz, zstd for the file manager). Level is
 	// then ignored.
 	Compress func(w io.Writer) (io.WriteCloser, error)
+	// Files, when set, lets the caller store regular files itself (the
+	// backup repository, which skips unchanged files). Compress must then
+	// pass the stream through unbuffered, so that the hooks are called at
+	// their place in it.
+	Files FileHook
+}
+
+// FileHook sees each regular file's entry (header, content, padding) of
+// the tar stream as one piece, and may supply an unchanged file's entry
+// without Write opening the file.
+type FileHook interface {
+	// Reuse is called with the file's lstat before it is opened. When it
+	// returns ok, the hook has put the file's whole entry into the stream
+	// itself; sum is the SHA-1 of its content (for the integrity entry).
+	Reuse(rel string, fi fs.FileInfo) (sum []byte, ok bool)
+	// Begin is called before the first byte of a file's entry is written.
+	Begin(rel string) error
+	// End is called after its last byte (padding included). fi is the
+	// fstat of the file read, nil when it changed while it was read (its
+	// entry must then not be reused); sum is its content's SHA-1.
+	End(rel string, fi fs.FileInfo, sum []byte) error
 }
 
 // Progress is the running total of a Write.
@@ -279,6 +301,13 @@ func (wr *writer) visit(ctx context.Context, full string, d fs.DirEntry, err err
 	}
 	if d.Type().IsRegular() {
 		// Mode and times come from the opened file (fstat): no lstat of the name.
+		if wr.opts.Files != nil {
+			if err := wr.writeFileHooked(ctx, full, rel, d); err != nil {
+				return err
+			}
+			report(wr.opts.Progress, &wr.res, wr.out)
+			return nil
+		}
 		if err := writeFile(ctx, wr.tw, wr.src, full, rel, d, wr.buf, wr.fileHash, wr.man, &wr.res); err != nil {
 			return err
 		}
@@ -481,4 +510,102 @@ func writeManifest(tw *tar.Writer, man *spool) error {
 	}
 	_, err = io.Copy(tw, r)
 	return err
+}
+
+// writeFileHooked stores the regular file d with WriteOptions.Files: an
+// unchanged file is the hook's (not opened); another one is written as one
+// whole entry (header, content, padding) between Begin and End, bypassing
+// the tar writer, which then carries on after it.
+func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.DirEntry) error {
+	hook := wr.opts.Files
+	fi, err := d.Info()
+	if err != nil {
+		return vanishedIsNil(err)
+	}
+	// Pending padding of a previous entry in tw (the layout without the
+	// tree trailer mixes directories in) goes out first.
+	if err := wr.tw.Flush(); err != nil {
+		return err
+	}
+	if sum, ok := hook.Reuse(rel, fi); ok {
+		wr.res.Files++
+		if wr.man != nil {
+			if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f, err := wr.src.OpenEntry(full, d)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrDenied) {
+			return nil
+		}
+		return vanishedIsNil(err)
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil
+	}
+	hdr := header(rel, fi)
+	hdr.Typeflag = tar.TypeReg
+	hdr.Size = fi.Size()
+	if err := hook.Begin(rel); err != nil {
+		return err
+	}
+	// A tar writer of its own encodes the header (PAX records included);
+	// it is never closed, so it writes no end marker.
+	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
+		return err
+	}
+	h := wr.fileHash
+	h.Reset()
+	dst := io.MultiWriter(wr.sink, h)
+	n, err := io.CopyBuffer(dst, io.LimitReader(sandbox.ContextReader(ctx, onlyReader{f}), hdr.Size), wr.buf)
+	var rerr readErr
+	if errors.As(err, &rerr) {
+		return rerr.error
+	}
+	if err != nil {
+		return err
+	}
+	if n < hdr.Size {
+		if _, err := io.CopyBuffer(dst, io.LimitReader(sandbox.ContextReader(ctx, zeros{}), hdr.Size-n), wr.buf); err != nil {
+			return err
+		}
+	}
+	if pad := -hdr.Size & 511; pad > 0 {
+		if _, err := wr.sink.Write(make([]byte, pad)); err != nil {
+			return err
+		}
+	}
+	sum := h.Sum(nil)
+	// A file written to while it was read may hold a mix: never reuse it.
+	after, err := f.Stat()
+	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {
+		fi = nil
+	}
+	if err := hook.End(rel, fi, sum); err != nil {
+		return err
+	}
+	wr.res.Files++
+	wr.res.Input += hdr.Size
+	if wr.man != nil {
+		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ctimeOf is the inode change time in nanoseconds, 0 when unknown.
+func ctimeOf(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ctim.Nano()
+	}
+	return 0
 }

@@ -91,10 +91,12 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]bool // backup UUIDs being made
 
-	repoMu    sync.Mutex
-	repo      *chunkstore.Store // system.backups.format: repository (repository.go)
-	gcRunning bool
-	gcAgain   bool
+	repoMu sync.Mutex
+	repo   *chunkstore.Store // system.backups.format: repository (repository.go)
+	// repoFilesRead, in tests, is told the files a repository backup read.
+	repoFilesRead func([]string)
+	gcRunning     bool
+	gcAgain       bool
 }
 
 // New returns a service; ctx is the node's lifetime.

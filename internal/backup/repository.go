@@ -2,11 +2,15 @@ package backup
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/klauspost/pgzip"
 
@@ -69,43 +73,114 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	if err != nil {
 		return Details{}, err
 	}
-	// archive.Write gzips; level none makes that a cheap framing, undone
-	// here, so the store chunks the plain tar stream.
-	pr, pw := io.Pipe()
-	werr := make(chan error, 1)
-	go func() {
-		_, err := archive.Write(ctx, pw, srv.Files().Trusted(), archive.WriteOptions{
-			Ignore:      s.ignorePatterns(srv, ignore),
-			Level:       archive.LevelNone,
-			Manifest:    true,
-			TreeTrailer: true,
-			TempDir:     cfg.System.TmpDirectory,
-		})
-		pw.CloseWithError(err)
-		werr <- err
-	}()
-	gz, err := pgzip.NewReaderN(pr, 1<<20, 4)
+	// The tar stream goes straight (uncompressed, synchronously) into the
+	// store, which chunks each regular file's entry on its own; files
+	// unchanged since the server's latest backup are not read: their
+	// chunks are reused (repoFiles).
+	w := st.NewWriter(srv.UUID(), backup)
+	defer w.Abort()
+	hook := &repoFiles{w: w, prev: w.LatestFiles(srv.UUID())}
+	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
+		Ignore:      s.ignorePatterns(srv, ignore),
+		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
+		Files:       hook,
+		Manifest:    true,
+		TreeTrailer: true,
+		TempDir:     cfg.System.TmpDirectory,
+	})
 	if err != nil {
-		pr.CloseWithError(err)
-		<-werr
-		return Details{}, fmt.Errorf("reading the archive stream: %w", err)
+		return Details{}, fmt.Errorf("writing the archive: %w", err)
 	}
-	m, err := st.Write(srv.UUID(), backup, gz)
-	if err == nil {
-		// Drain the gzip trailer so a writer error is seen.
-		_, err = io.Copy(io.Discard, gz)
-	}
-	pr.CloseWithError(errors.New("backup ended"))
-	if aerr := <-werr; aerr != nil {
-		if m.Backup != "" {
-			_ = st.Delete(srv.UUID(), backup)
-		}
-		return Details{}, fmt.Errorf("writing the archive: %w", aerr)
-	}
+	m, err := w.Commit()
 	if err != nil {
 		return Details{}, err
 	}
+	if s.repoFilesRead != nil {
+		s.repoFilesRead(hook.read)
+	}
 	return Details{Checksum: m.SHA1, Size: m.Size}, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// repoFiles is the archive.FileHook of a repository backup: it makes each
+// regular file's tar entry its own run of chunks, indexes it, and reuses
+// the chunks of a file whose stat is the one of the previous backup.
+type repoFiles struct {
+	w     *chunkstore.Writer
+	prev  map[string]chunkstore.PrevFile
+	start int
+	read  []string // files read (tests)
+}
+
+// fileKey is what says a file is unchanged: as the live transfer's scan,
+// size, mtime and inode, plus ctime and mode (a chmod, a rename over it).
+func fileKey(rel string, fi fs.FileInfo) (chunkstore.File, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return chunkstore.File{}, false
+	}
+	return chunkstore.File{
+		Path: rel, Size: fi.Size(), MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(),
+		Ino: st.Ino, Dev: uint64(st.Dev), Mode: st.Mode,
+	}, true
+}
+
+func sameKey(a, b chunkstore.File) bool {
+	return a.Size == b.Size && a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs &&
+		a.Ino == b.Ino && a.Dev == b.Dev && a.Mode == b.Mode
+}
+
+func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
+	p, ok := h.prev[rel]
+	if !ok {
+		return nil, false
+	}
+	k, ok := fileKey(rel, fi)
+	if !ok || !sameKey(k, p.File) {
+		return nil, false
+	}
+	sum, err := hex.DecodeString(p.SHA1)
+	if err != nil || len(sum) != sha1.Size {
+		return nil, false
+	}
+	if h.w.Cut() != nil {
+		return nil, false
+	}
+	first := h.w.Len()
+	if !h.w.Reuse(p.Chunks) {
+		return nil, false
+	}
+	k.SHA1, k.First, k.Count = p.SHA1, first, len(p.Chunks)
+	h.w.AddFile(k)
+	return sum, true
+}
+
+func (h *repoFiles) Begin(rel string) error {
+	if err := h.w.Cut(); err != nil {
+		return err
+	}
+	h.start = h.w.Len()
+	h.read = append(h.read, rel)
+	return nil
+}
+
+func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
+	if err := h.w.Cut(); err != nil {
+		return err
+	}
+	if fi == nil {
+		return nil
+	}
+	k, ok := fileKey(rel, fi)
+	if !ok {
+		return nil
+	}
+	k.SHA1, k.First, k.Count = hex.EncodeToString(sum), h.start, h.w.Len()-h.start
+	h.w.AddFile(k)
+	return nil
 }
 
 // gzipStream returns the tar.gz of backup m at level, generated as it is

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,7 +50,9 @@ var ErrNotFound = errors.New("backup not found in the repository")
 // chunk boundaries, hence the deduplication between backups, depend on it.
 const pol = chunker.Pol(0x3DA3358B4DC173)
 
-const manifestVersion = 1
+// manifestVersion 2: the checksum is ChunkListSHA1 and the manifest has a
+// file index; version 1's checksum was the SHA-1 of the tar stream.
+const manifestVersion = 2
 
 // Chunk sizes: ~128 KiB on average (smaller than restic's 1 MiB), so that
 // a small change to a server, which also rewrites the archive's integrity
@@ -70,8 +73,38 @@ type Manifest struct {
 	// Size is the length of the tar stream (the backup's logical size).
 	Size int64 `json:"size"`
 	// SHA1 is the SHA-1 of the tar stream: the checksum given to the panel.
+	// SHA1 is the checksum given to the panel: ChunkListSHA1 of Chunks
+	// (version 2), the SHA-1 of the tar stream (version 1).
 	SHA1   string  `json:"sha1"`
 	Chunks []Chunk `json:"chunks"`
+	// Files indexes the regular files whose tar entry (header, content,
+	// padding) is chunked on its own (version 2), so that the next backup
+	// of the server can reuse an unchanged file's chunks without reading it.
+	Files []File `json:"files,omitempty"`
+}
+
+// File is a regular file of a backup: what says it is unchanged (its
+// stat), its content's SHA-1 (its integrity entry line), and where its
+// entry's chunks are in Manifest.Chunks.
+type File struct {
+	Path    string `json:"p"`
+	Size    int64  `json:"s"`
+	MtimeNs int64  `json:"m"`
+	CtimeNs int64  `json:"c"`
+	Ino     uint64 `json:"i"`
+	Dev     uint64 `json:"d"`
+	Mode    uint32 `json:"o"`
+	SHA1    string `json:"h"`
+	First   int    `json:"f"` // index of its first chunk
+	Count   int    `json:"n"`
+}
+
+// Entry is the chunks of f's tar entry in m.
+func (m *Manifest) Entry(f File) ([]Chunk, bool) {
+	if f.First < 0 || f.Count < 0 || f.First+f.Count > len(m.Chunks) {
+		return nil, false
+	}
+	return m.Chunks[f.First : f.First+f.Count], true
 }
 
 // Chunk is one piece of a backup's tar stream.
@@ -154,74 +187,196 @@ var (
 // Write stores the tar stream r as backup of server. The server and backup
 // must be safe path elements (the caller checks UUIDs).
 func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
-	m := Manifest{Version: manifestVersion, Server: server, Backup: backup, Created: time.Now().UTC()}
-	sum := sha1.New()
-	ch := chunker.NewWithBoundaries(io.TeeReader(r, sum), pol, minChunk, maxChunk)
-	ch.SetAverageBits(averageBits)
-	pinned := map[string]struct{}{}
-	defer s.unpin(pinned)
-
-	type job struct {
-		i    int
-		data []byte
+	w := s.NewWriter(server, backup)
+	defer w.Abort()
+	buf := make([]byte, 1<<20)
+	if _, err := io.CopyBuffer(w, onlyRead{r}, buf); err != nil {
+		return Manifest{}, err
 	}
+	return w.Commit()
+}
+
+type onlyRead struct{ io.Reader }
+
+// segmentFlush is how much of a segment is buffered before its chunks,
+// but the last, are cut; the last one may grow with the next bytes.
+const segmentFlush = 8 << 20
+
+// Writer stores a backup's tar stream as it is written. The stream is
+// made of segments (Cut ends one): each is chunked on its own, so a
+// segment's chunks depend only on its bytes. The backup repository makes
+// each regular file's tar entry a segment, and then reuses an unchanged
+// file's chunks (Reuse) without reading it.
+type Writer struct {
+	s      *Store
+	m      Manifest
+	seg    []byte
+	ch     *chunker.Chunker
+	chBuf  []byte
+	pinned map[string]struct{}
+
+	jobs  chan chunkJob
+	errc  chan error
+	wg    sync.WaitGroup
+	resMu sync.Mutex
+	err   error
+	done  bool
+}
+
+type chunkJob struct {
+	i    int
+	data []byte
+}
+
+// NewWriter starts backup of server; Commit ends it, Abort drops it.
+func (s *Store) NewWriter(server, backup string) *Writer {
+	w := &Writer{
+		s:      s,
+		m:      Manifest{Version: manifestVersion, Server: server, Backup: backup, Created: time.Now().UTC()},
+		pinned: map[string]struct{}{},
+		chBuf:  make([]byte, chunker.MaxSize),
+	}
+	w.ch = chunker.NewWithBoundaries(bytes.NewReader(nil), pol, minChunk, maxChunk)
+	w.ch.SetAverageBits(averageBits)
 	workers := max(2, min(8, runtime.GOMAXPROCS(0)))
-	jobs := make(chan job, workers)
-	errc := make(chan error, workers)
-	var wg sync.WaitGroup
-	var resMu sync.Mutex
+	w.jobs = make(chan chunkJob, workers)
+	w.errc = make(chan error, workers)
 	for range workers {
-		wg.Go(func() {
-			for j := range jobs {
+		w.wg.Go(func() {
+			for j := range w.jobs {
 				h := sha256.Sum256(j.data)
 				hs := hex.EncodeToString(h[:])
-				if err := s.put(hs, j.data, pinned); err != nil {
+				if err := s.put(hs, j.data, w.pinned); err != nil {
 					select {
-					case errc <- err:
+					case w.errc <- err:
 					default:
 					}
 				}
-				resMu.Lock()
-				m.Chunks[j.i].Hash = hs
-				resMu.Unlock()
+				w.resMu.Lock()
+				w.m.Chunks[j.i].Hash = hs
+				w.resMu.Unlock()
 			}
 		})
 	}
-	var rerr error
-	buf := make([]byte, chunker.MaxSize)
-	for i := 0; ; i++ {
-		c, err := ch.Next(buf)
+	return w
+}
+
+// Write adds p to the current segment.
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	w.seg = append(w.seg, p...)
+	if len(w.seg) >= segmentFlush {
+		w.chunk(false)
+	}
+	return len(p), w.err
+}
+
+// Cut ends the current segment: the next byte starts a chunk.
+func (w *Writer) Cut() error {
+	if w.err == nil && len(w.seg) > 0 {
+		w.chunk(true)
+	}
+	return w.err
+}
+
+// Len is the number of chunks so far (call after Cut).
+func (w *Writer) Len() int {
+	w.resMu.Lock()
+	defer w.resMu.Unlock()
+	return len(w.m.Chunks)
+}
+
+// chunk cuts the buffered segment into chunks and stores them; unless
+// final, the last chunk's bytes stay buffered (more of the segment may
+// follow, and the chunker would cut it elsewhere).
+func (w *Writer) chunk(final bool) {
+	w.ch.ResetWithBoundaries(bytes.NewReader(w.seg), pol, minChunk, maxChunk)
+	w.ch.SetAverageBits(averageBits)
+	var off int
+	for {
+		c, err := w.ch.Next(w.chBuf)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			rerr = err
+			w.err = err
+			return
+		}
+		if !final && off+int(c.Length) == len(w.seg) {
 			break
 		}
-		resMu.Lock()
-		m.Chunks = append(m.Chunks, Chunk{Len: int64(c.Length)})
-		resMu.Unlock()
-		m.Size += int64(c.Length)
+		w.resMu.Lock()
+		i := len(w.m.Chunks)
+		w.m.Chunks = append(w.m.Chunks, Chunk{Len: int64(c.Length)})
+		w.resMu.Unlock()
+		w.m.Size += int64(c.Length)
+		off += int(c.Length)
 		select {
-		case jobs <- job{i, bytes.Clone(c.Data)}:
-		case rerr = <-errc:
-		}
-		if rerr != nil {
-			break
+		case w.jobs <- chunkJob{i, bytes.Clone(c.Data)}:
+		case w.err = <-w.errc:
+			return
 		}
 	}
-	close(jobs)
-	wg.Wait()
-	if rerr == nil {
+	w.seg = w.seg[:copy(w.seg, w.seg[off:])]
+}
+
+// Reuse ends the current segment and appends chunks of the backup
+// LatestFiles read (a file's unchanged entry; they are pinned and on disk).
+func (w *Writer) Reuse(cs []Chunk) bool {
+	if w.Cut() != nil {
+		return false
+	}
+	w.resMu.Lock()
+	w.m.Chunks = append(w.m.Chunks, cs...)
+	w.resMu.Unlock()
+	for _, c := range cs {
+		w.m.Size += c.Len
+	}
+	return true
+}
+
+// AddFile records a file of the backup in the manifest's file index.
+func (w *Writer) AddFile(f File) { w.m.Files = append(w.m.Files, f) }
+
+// stop ends the workers and returns the first error.
+func (w *Writer) stop() error {
+	if w.done {
+		return w.err
+	}
+	w.done = true
+	close(w.jobs)
+	w.wg.Wait()
+	if w.err == nil {
 		select {
-		case rerr = <-errc:
+		case w.err = <-w.errc:
 		default:
 		}
 	}
-	if rerr != nil {
-		return Manifest{}, rerr
+	return w.err
+}
+
+// Abort drops an unfinished backup (its chunks go at the next GC).
+func (w *Writer) Abort() {
+	_ = w.stop()
+	w.s.unpin(w.pinned)
+	w.pinned = map[string]struct{}{}
+}
+
+// Commit writes the manifest once every chunk is on disk.
+func (w *Writer) Commit() (Manifest, error) {
+	if err := w.Cut(); err != nil {
+		w.Abort()
+		return Manifest{}, err
 	}
-	m.SHA1 = hex.EncodeToString(sum.Sum(nil))
+	if err := w.stop(); err != nil {
+		w.Abort()
+		return Manifest{}, err
+	}
+	defer w.Abort()
+	s, m := w.s, w.m
+	m.SHA1 = ChunkListSHA1(m.Chunks)
 	// Every chunk must be on disk before a manifest names it.
 	if err := syncfs(s.dir); err != nil {
 		return Manifest{}, err
@@ -230,7 +385,7 @@ func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
-	p := s.manifestPath(server, backup)
+	p := s.manifestPath(m.Server, m.Backup)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return Manifest{}, err
 	}
@@ -245,6 +400,18 @@ func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
 	}
 	s.mu.Unlock()
 	return m, nil
+}
+
+// ChunkListSHA1 is a version 2 backup's checksum: the SHA-1 of the lines
+// "<chunk sha256 hex> <length>\n" of its chunks in order. The chunks are
+// named by the SHA-256 of their bytes, so it commits to the tar stream
+// without the stream being read (unchanged files are not).
+func ChunkListSHA1(cs []Chunk) string {
+	h := sha1.New()
+	for _, c := range cs {
+		fmt.Fprintf(h, "%s %d\n", c.Hash, c.Len)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // put stores a chunk unless it is there. The chunk is pinned first, so a
@@ -306,6 +473,61 @@ func (s *Store) Manifest(server, backup string) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("manifest of backup %s: %w", backup, err)
 	}
 	return m, nil
+}
+
+// PrevFile is a file of an earlier backup with its entry's chunks.
+type PrevFile struct {
+	File
+	Chunks []Chunk
+}
+
+// LatestFiles is the file index of the latest backup of server, by path;
+// nil when there is none with an index. Manifests are written once, so
+// the newest file is the latest backup: only it is parsed (a manifest is
+// large for a server of many files).
+//
+// Every chunk of that backup is pinned for w, and only then is its
+// manifest checked to be still there: a chunk a manifest names is removed
+// by no GC (see GC), so each reused chunk is on disk without a stat each.
+func (w *Writer) LatestFiles(server string) map[string]PrevFile {
+	s := w.s
+	ps, _ := filepath.Glob(filepath.Join(s.dir, "snapshots", server, "*.json"))
+	mtime := map[string]time.Time{}
+	for _, p := range ps {
+		if fi, err := os.Stat(p); err == nil {
+			mtime[p] = fi.ModTime()
+		}
+	}
+	slices.SortFunc(ps, func(a, b string) int { return mtime[b].Compare(mtime[a]) })
+	var latest *Manifest
+	for _, p := range ps {
+		m, err := s.Manifest(server, strings.TrimSuffix(filepath.Base(p), ".json"))
+		if err == nil && len(m.Files) > 0 {
+			latest = &m
+			break
+		}
+	}
+	if latest == nil {
+		return nil
+	}
+	s.mu.Lock()
+	for _, c := range latest.Chunks {
+		if _, ok := w.pinned[c.Hash]; !ok {
+			w.pinned[c.Hash] = struct{}{}
+			s.pins[c.Hash]++
+		}
+	}
+	s.mu.Unlock()
+	if _, err := os.Stat(s.manifestPath(latest.Server, latest.Backup)); err != nil {
+		return nil // deleted meanwhile: its chunks may be gone
+	}
+	out := make(map[string]PrevFile, len(latest.Files))
+	for _, f := range latest.Files {
+		if cs, ok := latest.Entry(f); ok {
+			out[f.Path] = PrevFile{File: f, Chunks: cs}
+		}
+	}
+	return out
 }
 
 // Find reads the manifest of backup whichever server it belongs to.
