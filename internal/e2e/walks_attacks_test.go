@@ -343,7 +343,12 @@ func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 			c.Source.limitFDs(t, daemonFDLimit)
 
 			c.startTransfer(id)
-			wait.For(t, 3*time.Minute, func() bool { return len(c.reports(c.Target, id))+len(c.reports(c.Source, id)) > 0 },
+			// The target pays for the depth: every trusted write resolves its
+			// path one component at a time from the root (os.Root), so a
+			// 2,500-level tree costs it O(depth²) openat calls, ~3 minutes of
+			// one core on a loaded 2-core machine. The wait is for that, not
+			// for a hang: a stuck transfer still fails here.
+			wait.For(t, 6*time.Minute, func() bool { return len(c.reports(c.Target, id))+len(c.reports(c.Source, id)) > 0 },
 				"a transfer outcome\nSOURCE:\n%s\nTARGET:\n%s", c.Source.log, c.Target.log)
 			reports := append(c.reports(c.Source, id), c.reports(c.Target, id)...)
 			t.Logf("reports: %v", reports)
