@@ -65,6 +65,11 @@ var rules = []rule{
 		why:    "a runtime runs containers; what a server is lives above it",
 	},
 	{
+		from: []string{"internal/chunkstore"},
+		only: []string{"internal/atomicfile"},
+		why:  "the backup repository stores streams; what a server or a backup is lives in internal/backup",
+	},
+	{
 		from: []string{"internal/metrics"},
 		only: []string{},
 		why:  "metrics are a leaf every package may feed",
