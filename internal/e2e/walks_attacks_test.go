@@ -325,7 +325,11 @@ func readDeep(t *testing.T, dir string, depth int) (string, error) {
 // a deeper one fails at the source with a message naming the path).
 func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 	for i, live := range []bool{false, true} {
-		depth := walkDepth
+		// Four times the source's descriptor limit: deep enough that a walk
+		// holding a descriptor per level fails, and shallow enough that the
+		// target's per-component resolution (O(depth²), see below) stays
+		// seconds, not minutes, of CI.
+		depth := 4 * daemonFDLimit
 		if live {
 			depth = 2000
 		}
@@ -345,9 +349,9 @@ func TestTransferOfADeepTreeAtTheDescriptorLimit(t *testing.T) {
 			c.startTransfer(id)
 			// The target pays for the depth: every trusted write resolves its
 			// path one component at a time from the root (os.Root), so a
-			// 2,500-level tree costs it O(depth²) openat calls, ~3 minutes of
-			// one core on a loaded 2-core machine. The wait is for that, not
-			// for a hang: a stuck transfer still fails here.
+			// tree costs it O(depth²) openat calls (2,500 levels took ~3.5
+			// minutes of a core here). The wait is for that, not for a hang:
+			// a stuck transfer still fails here.
 			wait.For(t, 6*time.Minute, func() bool { return len(c.reports(c.Target, id))+len(c.reports(c.Source, id)) > 0 },
 				"a transfer outcome\nSOURCE:\n%s\nTARGET:\n%s", c.Source.log, c.Target.log)
 			reports := append(c.reports(c.Source, id), c.reports(c.Target, id)...)
