@@ -184,7 +184,9 @@ func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
 }
 
 // gzipStream returns the tar.gz of backup m at level, generated as it is
-// read. A damaged chunk ends it with a *chunkstore.ChunkError.
+// read. A damaged chunk ends it with a *chunkstore.ChunkError. The
+// generating goroutine ends when the stream does or when the caller closes
+// the reader (its next write then fails): the caller must close it.
 func gzipStream(st *chunkstore.Store, m chunkstore.Manifest, level int) io.ReadCloser {
 	pr, pw := io.Pipe()
 	go func() {
@@ -204,8 +206,8 @@ func gzipStream(st *chunkstore.Store, m chunkstore.Manifest, level int) io.ReadC
 	return pr
 }
 
-// WriteDownload writes the tar.gz of a repository backup of server to w;
-// ErrNotFound when there is none.
+// OpenRepositoryDownload opens the tar.gz of a repository backup of server;
+// ErrNotFound when there is none. The caller closes it.
 func (s *Service) OpenRepositoryDownload(server, backup string) (io.ReadCloser, error) {
 	st, m, err := s.repoManifest(s.cfg.Get(), server, backup)
 	if err != nil {
