@@ -2,6 +2,8 @@ package archive
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 
@@ -26,6 +28,15 @@ const (
 	// digits, two spaces, a newline.
 	manifestLineOverhead = 43
 )
+
+// MaxBound is the largest bound SizeBound returns: 5 TiB, the largest
+// object S3 stores. Sparse files count at their apparent size (an archive
+// stores their holes as zeros), so a game process can make a tree whose
+// bound is far past its disk use, up to overflowing an int64.
+const MaxBound int64 = 5 << 40
+
+// ErrBoundTooLarge is a tree whose archive could be larger than MaxBound.
+var ErrBoundTooLarge = errors.New("the server's files could make an archive larger than 5 TiB (sparse files count at their full size)")
 
 // SizeBound walks what Write with the same options would archive and
 // returns an upper bound of the archive's size with the default gzip
@@ -81,6 +92,9 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 			if err != nil {
 				return vanishedIsNil(err)
 			}
+			if fi.Size() > MaxBound-tarSize {
+				return fmt.Errorf("%w: %s alone is %d bytes", ErrBoundTooLarge, rel, fi.Size())
+			}
 			tarSize += (fi.Size() + 511) &^ 511
 			if opts.Manifest {
 				tarSize += manifestLineOverhead + int64(len(rel))
@@ -96,6 +110,9 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 			return nil // socket, device, FIFO: left out
 		}
 		tarSize += entryOverhead + 2*((names+511)&^511)
+		if tarSize > MaxBound {
+			return ErrBoundTooLarge
+		}
 		return nil
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package archive
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,5 +52,28 @@ func TestSizeBoundCoversArchive(t *testing.T) {
 				t.Fatalf("level %d: bound %d for an archive of %d", level, bound, len(data))
 			}
 		}
+	}
+}
+
+// TestSizeBoundRefusesSparseGiants: sparse files count at their apparent
+// size, so two 3 TiB files that use no disk make a tree an object-store
+// archive cannot hold: the bound says so clearly instead of announcing
+// 6 TiB (or, with more of them, overflowing).
+func TestSizeBoundRefusesSparseGiants(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"hole-a", "hole-b"} {
+		f, err := os.Create(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(3 << 40); err != nil {
+			f.Close()
+			t.Skipf("this filesystem cannot make a 3 TiB sparse file: %v", err)
+		}
+		f.Close()
+	}
+	_, err := SizeBound(context.Background(), newFS(t, root), WriteOptions{Manifest: true})
+	if !errors.Is(err, ErrBoundTooLarge) {
+		t.Fatalf("bound of 6 TiB of holes: err %v, want ErrBoundTooLarge", err)
 	}
 }
