@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -119,6 +121,7 @@ func (f *fault) start(t *testing.T, s *objectstore.Store) string {
 		t.Fatal(err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // requests the client cancels
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
