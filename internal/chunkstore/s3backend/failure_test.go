@@ -1,11 +1,13 @@
 package s3backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,5 +167,43 @@ func TestNewRefuses(t *testing.T) {
 		} else if strings.Contains(err.Error(), secret) {
 			t.Errorf("New's error prints the secret: %v", err)
 		}
+	}
+}
+
+// A GET whose body breaks off is retried, the range again, up to
+// MaxAttempts.
+func TestGetRetriesABodyCutOff(t *testing.T) {
+	s := startStore(t)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	var cuts atomic.Int32
+	f := &fault{}
+	o := options(s, "cut")
+	o.Endpoint, o.MaxAttempts = f.start(t, s), 3
+	b := newBackend(t, o)
+	ctx := context.Background()
+	if err := b.Put(ctx, "packs/p", data); err != nil {
+		t.Fatal(err)
+	}
+	f.cut = func(r *http.Request) []byte {
+		if r.Method == http.MethodGet && cuts.Add(1) <= 2 {
+			return data
+		}
+		return nil
+	}
+	got, err := b.Get(ctx, "packs/p", 0, -1)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Get after two cut bodies: %d bytes, %v", len(got), err)
+	}
+	if n := f.count("GET", "/packs/p"); n != 3 {
+		t.Fatalf("%d GETs, want 3 (two cut off, one whole)", n)
+	}
+
+	f.cut = func(r *http.Request) []byte { return data } // always cut
+	before := f.count("GET", "/packs/p")
+	if _, err := b.Get(ctx, "packs/p", 16, 1000); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Get with every body cut off = %v, want an error that is not fs.ErrNotExist", err)
+	}
+	if n := f.count("GET", "/packs/p") - before; n != 3 {
+		t.Fatalf("%d GETs with every body cut off, want MaxAttempts = 3", n)
 	}
 }

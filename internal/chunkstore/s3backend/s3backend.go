@@ -59,6 +59,9 @@ type Backend struct {
 	prefix   string
 	pageSize int32
 	secret   string
+	// attempts and maxBackoff of a GET whose body is cut off.
+	attempts   int
+	maxBackoff time.Duration
 }
 
 var _ chunkstore.Backend = (*Backend)(nil)
@@ -119,7 +122,10 @@ func New(o Options) (*Backend, error) {
 	if o.HTTPClient != nil {
 		opts.HTTPClient = o.HTTPClient
 	}
-	return &Backend{client: s3.New(opts), bucket: o.Bucket, prefix: prefix, pageSize: o.PageSize, secret: o.SecretAccessKey}, nil
+	return &Backend{
+		client: s3.New(opts), bucket: o.Bucket, prefix: prefix, pageSize: o.PageSize, secret: o.SecretAccessKey,
+		attempts: attempts, maxBackoff: maxBackoff,
+	}, nil
 }
 
 // newRetryer retries 5xx, throttling (including a bare 429) and broken
@@ -189,19 +195,46 @@ func (b *Backend) Get(ctx context.Context, name string, off, length int64) ([]by
 		}
 		in.Range = aws.String(r)
 	}
+	// The SDK retries a request that fails, not a body cut off on the way
+	// (a pack is 16 MiB): that is retried here, the whole range again.
+	for attempt := 1; ; attempt++ {
+		data, cut, err := b.getOnce(ctx, in, name)
+		if !cut || attempt >= b.attempts {
+			if err == nil && length > 0 && int64(len(data)) != length {
+				return nil, fmt.Errorf("s3backend: get %s: %d bytes at %d, the object has %d: %w", name, length, off, off+int64(len(data)), io.ErrUnexpectedEOF)
+			}
+			return data, err
+		}
+		if err := sleep(ctx, min(b.maxBackoff, 100*time.Millisecond<<(attempt-1))); err != nil {
+			return nil, b.fail("get", name, err, false)
+		}
+	}
+}
+
+// getOnce is one GET; cut reports a body that broke off (worth a retry).
+func (b *Backend) getOnce(ctx context.Context, in *s3.GetObjectInput, name string) (data []byte, cut bool, err error) {
 	out, err := b.client.GetObject(ctx, in)
 	if err != nil {
-		return nil, b.fail("get", name, err, true)
+		return nil, false, b.fail("get", name, err, true)
 	}
 	defer out.Body.Close()
 	buf := bytes.NewBuffer(make([]byte, 0, max(0, aws.ToInt64(out.ContentLength))))
 	if _, err := buf.ReadFrom(out.Body); err != nil {
-		return nil, b.fail("get", name, err, false)
+		return nil, ctx.Err() == nil, b.fail("get", name, err, false)
 	}
-	if length > 0 && int64(buf.Len()) != length {
-		return nil, fmt.Errorf("s3backend: get %s: %d bytes at %d, the object has %d: %w", name, length, off, off+int64(buf.Len()), io.ErrUnexpectedEOF)
+	return buf.Bytes(), false, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return buf.Bytes(), nil
 }
 
 // getNothing answers a zero-length Get: the object must exist and be at

@@ -113,6 +113,9 @@ type fault struct {
 	mu       sync.Mutex
 	requests []string // "METHOD path?query"
 	answer   func(r *http.Request, n int) (int, string)
+	// cut, when it returns a body, sends its length and half of it, then
+	// breaks the connection.
+	cut func(r *http.Request) []byte
 }
 
 func (f *fault) start(t *testing.T, s *objectstore.Store) string {
@@ -127,6 +130,15 @@ func (f *fault) start(t *testing.T, s *objectstore.Store) string {
 		f.requests = append(f.requests, r.Method+" "+r.URL.RequestURI())
 		n := len(f.requests)
 		f.mu.Unlock()
+		if f.cut != nil {
+			if body := f.cut(r); body != nil {
+				w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+				w.WriteHeader(http.StatusOK)
+				_, _ = w.Write(body[:len(body)/2])
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			}
+		}
 		if f.answer != nil {
 			if status, body := f.answer(r, n); status != 0 {
 				w.Header().Set("Content-Type", "application/xml")
