@@ -282,3 +282,48 @@ func TestListPaginates(t *testing.T) {
 		t.Fatalf("%d list requests carry a continuation token, want 6", n)
 	}
 }
+
+// More objects than one page of the store's own size (1000): List follows
+// the continuation tokens of the real default paging.
+func TestListMoreThanOnePage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("puts 1100 objects")
+	}
+	s := startStore(t)
+	f := &fault{}
+	o := options(s, "many")
+	o.Endpoint = f.start(t, s)
+	b := newBackend(t, o)
+	const n = 1100
+	names := make(chan string)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range 8 {
+		wg.Go(func() {
+			for name := range names {
+				errs <- b.Put(context.Background(), name, []byte(name))
+			}
+		})
+	}
+	for i := range n {
+		names <- fmt.Sprintf("packs/%04d", i)
+	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := b.List(context.Background(), "packs/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != n || list[0].Name != "packs/0000" || list[n-1].Name != fmt.Sprintf("packs/%04d", n-1) {
+		t.Fatalf("List = %d objects, want %d from packs/0000 to packs/%04d", len(list), n, n-1)
+	}
+	if pages := f.count("GET", "list-type=2"); pages < 2 {
+		t.Fatalf("%d list requests for %d objects: no second page was asked for", pages, n)
+	}
+}
