@@ -118,3 +118,35 @@ func TestUpdateKeepsRepositoryS3(t *testing.T) {
 		t.Fatalf("after an update without it, s3 = %+v", got)
 	}
 }
+
+// The keys as an operator writes them in config.yml.
+func TestRepositoryS3FromYAML(t *testing.T) {
+	data := []byte(`system:
+  backups:
+    format: repository
+    repository:
+      s3:
+        endpoint: https://minio.example.com:9000
+        bucket: wharf-backups
+        prefix: pool-1/
+        region: eu-central-1
+        access_key_id: AKIAEXAMPLE
+        secret_access_key: wJalrXUtnFEMI/K7MDENG
+        path_style: true
+        max_attempts: 7
+`)
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := BackupRepositoryS3{
+		Endpoint: "https://minio.example.com:9000", Bucket: "wharf-backups", Prefix: "pool-1/", Region: "eu-central-1",
+		AccessKeyID: "AKIAEXAMPLE", SecretAccessKey: "wJalrXUtnFEMI/K7MDENG", PathStyle: true, MaxAttempts: 7,
+	}
+	if got := c.System.Backups.Repository.S3; got != want {
+		t.Fatalf("parsed %+v, want %+v", got, want)
+	}
+	if keys := UnknownKeys(data); len(keys) != 0 {
+		t.Fatalf("UnknownKeys = %v", keys)
+	}
+}

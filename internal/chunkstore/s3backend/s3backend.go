@@ -238,7 +238,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // getNothing answers a zero-length Get: the object must exist and be at
-// least off long.
+// least off long. (A HEAD's 404 has no body: in a missing bucket too it
+// reads as a missing object; Check tells the two apart.)
 func (b *Backend) getNothing(ctx context.Context, name string, off int64) ([]byte, error) {
 	out, err := b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(b.prefix + name)})
 	if err != nil {
