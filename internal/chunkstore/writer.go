@@ -1,0 +1,376 @@
+package chunkstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Write stores the tar stream r as backup of server. The server and backup
+// must be safe path elements (the caller checks UUIDs).
+func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
+	w := s.NewWriter(server, backup)
+	defer w.Abort()
+	buf := make([]byte, 1<<20)
+	if _, err := io.CopyBuffer(w, onlyRead{r}, buf); err != nil {
+		return Manifest{}, err
+	}
+	return w.Commit()
+}
+
+type onlyRead struct{ io.Reader }
+
+// segmentFlush is how much of a segment is buffered before its chunks,
+// but the last, are cut; the last one may grow with the next bytes.
+const segmentFlush = 8 << 20
+
+// Writer stores a backup's tar stream as it is written. The stream is
+// made of segments (Cut ends one): each is chunked on its own, so a
+// segment's chunks depend only on its bytes. The backup repository makes
+// each regular file's tar entry a segment, and then reuses an unchanged
+// file's chunks (Reuse) without reading it.
+//
+// Pipeline: the caller's goroutine cuts chunks; GOMAXPROCS workers hash
+// and compress them; one appender takes them in order, skips the ones
+// the repository or this backup has, and appends the others to the
+// backup's pack, which it stores when full.
+type Writer struct {
+	s      *Store
+	ctx    context.Context
+	m      Manifest
+	seg    []byte
+	pinned map[blobID]struct{} // guarded by s.mu
+
+	jobs    chan *pending
+	order   chan *pending
+	workers sync.WaitGroup
+	app     sync.WaitGroup
+	resMu   sync.Mutex // m.Chunks
+	errMu   sync.Mutex
+	err     error
+	stopped bool
+
+	// The appender's own.
+	pack  packer
+	mine  map[blobID]struct{} // blobs in this backup's packs
+	packs []indexedPack       // packs stored, not yet indexed
+}
+
+// pending is a chunk on its way from the chunker to the appender.
+type pending struct {
+	i     int
+	data  []byte
+	done  chan struct{}
+	h     blobID
+	blob  []byte // nil when the repository has it
+	known bool
+}
+
+// NewWriter starts backup of server; Commit ends it, Abort drops it.
+func (s *Store) NewWriter(server, backup string) *Writer {
+	n := max(2, runtime.GOMAXPROCS(0))
+	w := &Writer{
+		s:      s,
+		ctx:    context.Background(),
+		m:      Manifest{Version: manifestVersion, Server: server, Backup: backup, Created: time.Now().UTC()},
+		pinned: map[blobID]struct{}{},
+		jobs:   make(chan *pending, 2*n),
+		order:  make(chan *pending, 4*n),
+		mine:   map[blobID]struct{}{},
+	}
+	for range n {
+		w.workers.Go(w.work)
+	}
+	w.app.Go(w.appendLoop)
+	return w
+}
+
+func (w *Writer) work() {
+	for p := range w.jobs {
+		p.h = sha256.Sum256(p.data)
+		// An indexed blob is pinned and not compressed again.
+		if p.known = w.s.pinIfIndexed(p.h, w.pinned); !p.known {
+			p.blob = encodeBlob(p.data)
+		}
+		close(p.done)
+	}
+}
+
+func (w *Writer) fail(err error) {
+	w.errMu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.errMu.Unlock()
+}
+
+func (w *Writer) failed() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
+
+// appendLoop takes the chunks in stream order. After an error it only
+// drains them, so the chunker never blocks.
+func (w *Writer) appendLoop() {
+	for p := range w.order {
+		<-p.done
+		w.resMu.Lock()
+		w.m.Chunks[p.i].Hash = hex.EncodeToString(p.h[:])
+		w.resMu.Unlock()
+		if _, ok := w.mine[p.h]; p.known || ok || w.failed() != nil {
+			continue
+		}
+		w.s.mu.Lock()
+		w.s.pinLocked(p.h, w.pinned)
+		w.s.mu.Unlock()
+		w.mine[p.h] = struct{}{}
+		w.pack.add(p.h, p.blob, len(p.data))
+		if w.pack.full() {
+			w.flushPack()
+		}
+	}
+}
+
+// flushPack stores the current pack. It is in flight (no GC removes it)
+// until Commit or Abort.
+func (w *Writer) flushPack() {
+	if w.pack.empty() {
+		return
+	}
+	id := newID()
+	b, es := w.pack.finish()
+	w.s.mu.Lock()
+	w.s.inflight[id] = struct{}{}
+	w.s.mu.Unlock()
+	if err := w.s.b.Put(w.ctx, packName(id), b); err != nil {
+		w.fail(fmt.Errorf("storing a pack: %w", err))
+		return
+	}
+	w.packs = append(w.packs, indexedPack{ID: id, Entries: es})
+}
+
+// Write adds p to the current segment.
+func (w *Writer) Write(p []byte) (int, error) {
+	if err := w.failed(); err != nil {
+		return 0, err
+	}
+	w.seg = append(w.seg, p...)
+	if len(w.seg) >= segmentFlush {
+		w.chunk(false)
+	}
+	return len(p), w.failed()
+}
+
+// Cut ends the current segment: the next byte starts a chunk.
+func (w *Writer) Cut() error {
+	if w.failed() == nil && len(w.seg) > 0 {
+		w.chunk(true)
+	}
+	return w.failed()
+}
+
+// Len is the number of chunks so far (call after Cut).
+func (w *Writer) Len() int {
+	w.resMu.Lock()
+	defer w.resMu.Unlock()
+	return len(w.m.Chunks)
+}
+
+// chunk cuts the buffered segment into chunks and hands them on; unless
+// final, the last chunk's bytes stay buffered (more of the segment may
+// follow, and the chunker would cut it elsewhere).
+func (w *Writer) chunk(final bool) {
+	off := 0
+	for off < len(w.seg) {
+		n := cutPoint(w.seg[off:])
+		if !final && off+n == len(w.seg) {
+			break
+		}
+		w.resMu.Lock()
+		i := len(w.m.Chunks)
+		w.m.Chunks = append(w.m.Chunks, Chunk{Len: int64(n)})
+		w.resMu.Unlock()
+		w.m.Size += int64(n)
+		p := &pending{i: i, data: bytes.Clone(w.seg[off : off+n]), done: make(chan struct{})}
+		w.order <- p
+		w.jobs <- p
+		off += n
+	}
+	w.seg = w.seg[:copy(w.seg, w.seg[off:])]
+}
+
+// Reuse ends the current segment and appends chunks of the backup
+// LatestFiles read (a file's unchanged entry; they are pinned).
+func (w *Writer) Reuse(cs []Chunk) bool {
+	if w.Cut() != nil {
+		return false
+	}
+	w.resMu.Lock()
+	w.m.Chunks = append(w.m.Chunks, cs...)
+	w.resMu.Unlock()
+	for _, c := range cs {
+		w.m.Size += c.Len
+	}
+	return true
+}
+
+// AddFile records a file of the backup in the manifest's file index.
+func (w *Writer) AddFile(f File) { w.m.Files = append(w.m.Files, f) }
+
+// stop ends the pipeline (storing the last pack) and returns the first
+// error.
+func (w *Writer) stop() error {
+	if !w.stopped {
+		w.stopped = true
+		close(w.jobs)
+		close(w.order)
+		w.workers.Wait()
+		w.app.Wait()
+		if w.failed() == nil {
+			w.flushPack()
+		}
+	}
+	return w.failed()
+}
+
+// Abort drops an unfinished backup (its packs go at the next GC).
+func (w *Writer) Abort() {
+	_ = w.stop()
+	w.s.unpin(w.pinned)
+	w.pinned = map[blobID]struct{}{}
+	w.s.mu.Lock()
+	for _, p := range w.packs {
+		delete(w.s.inflight, p.ID)
+	}
+	w.s.mu.Unlock()
+	w.packs = nil
+}
+
+// Commit stores the index of the backup's packs, then its manifest.
+func (w *Writer) Commit() (Manifest, error) {
+	defer w.Abort()
+	if err := w.Cut(); err != nil {
+		return Manifest{}, err
+	}
+	if err := w.stop(); err != nil {
+		return Manifest{}, err
+	}
+	s, m := w.s, w.m
+	m.SHA1 = ChunkListSHA1(m.Chunks)
+	if err := w.storeIndex(); err != nil {
+		return Manifest{}, err
+	}
+	if err := s.checkIndexed(m); err != nil {
+		return Manifest{}, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if err := s.b.Put(w.ctx, manifestName(m.Server, m.Backup), b); err != nil {
+		return Manifest{}, err
+	}
+	s.mu.Lock()
+	if s.gcActive {
+		for h := range w.pinned {
+			s.gcKeep[h] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+	return m, nil
+}
+
+// storeIndex stores the index object of the backup's packs and adds them
+// to the in-memory index (they stay pinned by the writer).
+func (w *Writer) storeIndex() error {
+	if len(w.packs) == 0 {
+		return nil
+	}
+	name := "index/" + newID()
+	if err := w.s.b.Put(w.ctx, name, encodeIndex(w.packs)); err != nil {
+		return fmt.Errorf("storing the index: %w", err)
+	}
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	w.s.indexes[name] = struct{}{}
+	for _, p := range w.packs {
+		w.s.addPackLocked(p.ID, p.Entries)
+	}
+	return nil
+}
+
+// checkIndexed refuses to write a manifest naming a blob the repository
+// has no index entry for (a lost index: the unindexed packs are read).
+func (s *Store) checkIndexed(m Manifest) error {
+	for _, c := range m.Chunks {
+		h, err := parseHash(c.Hash)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.lookup(h); !ok {
+			return fmt.Errorf("chunk %s of the backup is not in the repository", c.Hash[:16])
+		}
+	}
+	return nil
+}
+
+// PrevFile is a file of an earlier backup with its entry's chunks.
+type PrevFile struct {
+	File
+	Chunks []Chunk
+}
+
+// LatestFiles is the file index of the latest backup of server, by path;
+// nil when there is none with an index. Manifests are written once, so
+// the newest object is the latest backup: only it is parsed (a manifest
+// is large for a server of many files).
+//
+// Every chunk of that backup is pinned for w, and only then is its
+// manifest checked to be still there: a blob a manifest names is removed
+// by no GC (see GC), so each reused chunk stays stored.
+func (w *Writer) LatestFiles(server string) map[string]PrevFile {
+	s := w.s
+	objs, _ := s.b.List(w.ctx, "snapshots/"+server+"/")
+	slices.SortFunc(objs, func(a, b ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
+	var latest *Manifest
+	for _, o := range objs {
+		srv, b, ok := manifestObject(o.Name)
+		if !ok || srv != server {
+			continue
+		}
+		if m, err := s.Manifest(srv, b); err == nil && len(m.Files) > 0 {
+			latest = &m
+			break
+		}
+	}
+	if latest == nil {
+		return nil
+	}
+	s.mu.Lock()
+	for _, c := range latest.Chunks {
+		if h, err := parseHash(c.Hash); err == nil {
+			s.pinLocked(h, w.pinned)
+		}
+	}
+	s.mu.Unlock()
+	if _, err := s.Manifest(latest.Server, latest.Backup); errors.Is(err, ErrNotFound) {
+		return nil // deleted meanwhile: its blobs may be gone
+	}
+	out := make(map[string]PrevFile, len(latest.Files))
+	for _, f := range latest.Files {
+		if cs, ok := latest.Entry(f); ok {
+			out[f.Path] = PrevFile{File: f, Chunks: cs}
+		}
+	}
+	return out
+}
