@@ -44,11 +44,9 @@ func (s *Store) GC() (int, error) {
 	if s.afterMark != nil {
 		s.afterMark()
 	}
-	orphans, err := s.adopt(ctx, used)
-	if err != nil {
-		return 0, err
-	}
+	orphans, adopted := s.adopt(ctx, used)
 	plan := s.decide(used)
+	plan.adopted += adopted
 	moved := s.repack(ctx, plan)
 	if err := s.replaceIndexes(ctx, plan, moved); err != nil {
 		return 0, err
@@ -80,7 +78,7 @@ func (s *Store) usedBlobs() (map[blobID]struct{}, error) {
 // adopt reads the packs no index names: those holding a used blob the
 // index lacks (their index object was lost) are indexed again; the others
 // (left by a crashed backup) are returned to be deleted.
-func (s *Store) adopt(ctx context.Context, used map[blobID]struct{}) (orphans []string, err error) {
+func (s *Store) adopt(ctx context.Context, used map[blobID]struct{}) (orphans []string, adopted int) {
 	for _, p := range s.unindexedPacks(ctx) {
 		es, err := readPackIndex(ctx, s.b, packName(p.id), p.size)
 		if err != nil {
@@ -97,13 +95,14 @@ func (s *Store) adopt(ctx context.Context, used map[blobID]struct{}) (orphans []
 		}
 		if needed {
 			s.addPackLocked(p.id, es)
+			adopted++
 		}
 		s.mu.Unlock()
 		if !needed {
 			orphans = append(orphans, p.id)
 		}
 	}
-	return orphans, nil
+	return orphans, adopted
 }
 
 type gcPlan struct {
@@ -112,6 +111,7 @@ type gcPlan struct {
 	repack  map[string][]packEntry // packs mostly dead: their live blobs
 	indexes []string               // index objects to replace
 	removed int                    // blobs taken out of the index
+	adopted int                    // packs indexed again
 }
 
 // decide sorts the indexed packs, under the lock, and takes the dead
@@ -154,6 +154,7 @@ func (s *Store) decide(used map[blobID]struct{}) gcPlan {
 			}
 		}
 	}
+	plan.adopted += len(s.rescued)
 	plan.indexes = make([]string, 0, len(s.indexes))
 	for n := range s.indexes {
 		plan.indexes = append(plan.indexes, n)
@@ -225,7 +226,7 @@ func (s *Store) blobsWhole(raw []byte, es []packEntry) bool {
 // switches the in-memory index to it, and deletes the index objects it
 // replaces.
 func (s *Store) replaceIndexes(ctx context.Context, plan gcPlan, moved repacked) error {
-	if len(plan.dead) == 0 && len(plan.repack) == 0 && len(plan.indexes) <= 1 {
+	if len(plan.dead) == 0 && len(plan.repack) == 0 && len(plan.indexes) <= 1 && plan.adopted == 0 {
 		return nil
 	}
 	s.mu.Lock()
@@ -250,6 +251,10 @@ func (s *Store) replaceIndexes(ctx context.Context, plan gcPlan, moved repacked)
 	}
 	for _, id := range append(slicesClone(plan.dead), moved.done...) {
 		delete(s.packs, id)
+		delete(s.rescued, id)
+	}
+	for _, p := range all {
+		delete(s.rescued, p.ID)
 	}
 	old := maps.Clone(s.indexes)
 	for _, n := range plan.indexes {

@@ -37,6 +37,7 @@ func (s *Store) rescan(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.addPackLocked(p.id, es)
+		s.rescued[p.id] = struct{}{}
 		s.mu.Unlock()
 	}
 	s.mu.Lock()

@@ -70,6 +70,7 @@ type Store struct {
 	packs    map[string][]packEntry // every indexed pack, with its blobs
 	indexes  map[string]struct{}    // index objects idx was read from or written
 	inflight map[string]struct{}    // packs of running backups, not yet indexed
+	rescued  map[string]struct{}    // packs read from their trailers, in no index object
 	pins     map[blobID]int         // blobs used by backups being written
 	gcActive bool                   // a GC is running
 	gcKeep   map[blobID]struct{}    // blobs of backups finished during a GC
@@ -133,7 +134,7 @@ func OpenExisting(dir string) (*Store, error) {
 func newStore(b Backend) *Store {
 	return &Store{
 		b: b, idx: map[blobID]blobLoc{}, packs: map[string][]packEntry{}, indexes: map[string]struct{}{},
-		inflight: map[string]struct{}{}, pins: map[blobID]int{},
+		inflight: map[string]struct{}{}, rescued: map[string]struct{}{}, pins: map[blobID]int{},
 	}
 }
 
