@@ -385,18 +385,25 @@ func (s *Store) List() ([]Manifest, error) {
 func (s *Store) Delete(server, backup string) error {
 	ctx := context.Background()
 	name := manifestName(server, backup)
-	objs, err := s.b.List(ctx, path.Dir(name)+"/")
-	if err != nil {
-		return err
-	}
-	found := false
-	for _, o := range objs {
-		found = found || o.Name == name
-	}
-	if !found {
+	if !s.exists(name) {
 		return ErrNotFound
 	}
 	return s.b.Delete(ctx, name)
+}
+
+// exists tells whether the object name is stored (listing its directory:
+// a Backend has no stat).
+func (s *Store) exists(name string) bool {
+	objs, err := s.b.List(context.Background(), path.Dir(name)+"/")
+	if err != nil {
+		return true // when in doubt, the caller does not act on absence
+	}
+	for _, o := range objs {
+		if o.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Usage is the bytes the repository's objects take.

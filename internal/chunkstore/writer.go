@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -363,7 +362,7 @@ func (w *Writer) LatestFiles(server string) map[string]PrevFile {
 		}
 	}
 	s.mu.Unlock()
-	if _, err := s.Manifest(latest.Server, latest.Backup); errors.Is(err, ErrNotFound) {
+	if !s.exists(manifestName(latest.Server, latest.Backup)) {
 		return nil // deleted meanwhile: its blobs may be gone
 	}
 	out := make(map[string]PrevFile, len(latest.Files))
