@@ -17,7 +17,14 @@ const (
 
 // encodeBlob returns the blob of plain.
 func encodeBlob(plain []byte) []byte {
-	out := make([]byte, 1+s2.MaxEncodedLen(len(plain)))
+	return encodeBlobTo(make([]byte, blobBound(len(plain))), plain)
+}
+
+// blobBound is the largest blob of n plain bytes.
+func blobBound(n int) int { return 1 + s2.MaxEncodedLen(n) }
+
+// encodeBlobTo encodes plain into out (blobBound long).
+func encodeBlobTo(out, plain []byte) []byte {
 	z := s2.Encode(out[1:], plain)
 	// Keep the compressed form only when it saves at least 1/32.
 	if len(z) < len(plain)-len(plain)/32 {

@@ -85,6 +85,9 @@ type packer struct {
 }
 
 func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
+	if p.buf == nil {
+		p.buf = make([]byte, 0, packTarget+1+maxChunk+packTrailerLen)
+	}
 	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(len(blob)), Plain: uint32(plain)}
 	p.buf = append(p.buf, blob...)
 	p.entries = append(p.entries, e)

@@ -75,6 +75,7 @@ type Store struct {
 	gcActive bool                   // a GC is running
 	gcKeep   map[blobID]struct{}    // blobs of backups finished during a GC
 	rescans  int                    // scans of unindexed packs (tests)
+	bufs     bufPool                // chunk and blob buffers of the backups
 
 	afterMark func() // tests: runs between GC's reading of the manifests and its decision
 }

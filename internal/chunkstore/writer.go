@@ -1,7 +1,6 @@
 package chunkstore
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -59,18 +58,23 @@ type Writer struct {
 	stopped bool
 
 	// The appender's own.
-	pack  packer
-	mine  map[blobID]struct{} // blobs in this backup's packs
-	packs []indexedPack       // packs stored, not yet indexed
+	pack packer
+	mine map[blobID]struct{} // blobs in this backup's packs
+
+	uploads chan packUpload
+	up      sync.WaitGroup
+	upMu    sync.Mutex
+	packs   []indexedPack // packs stored, not yet indexed
 }
 
 // pending is a chunk on its way from the chunker to the appender.
 type pending struct {
 	i     int
-	data  []byte
+	n     int
+	data  []byte // returned to the pool by the worker
 	done  chan struct{}
 	h     blobID
-	blob  []byte // nil when the repository has it
+	blob  []byte // nil when the repository has it; returned by the appender
 	known bool
 }
 
@@ -85,11 +89,14 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		jobs:   make(chan *pending, 2*n),
 		order:  make(chan *pending, 4*n),
 		mine:   map[blobID]struct{}{},
+		// Two packs may wait for their Put: 32 MiB of memory at most.
+		uploads: make(chan packUpload, 1),
 	}
 	for range n {
 		w.workers.Go(w.work)
 	}
 	w.app.Go(w.appendLoop)
+	w.up.Go(w.uploadLoop)
 	return w
 }
 
@@ -98,8 +105,10 @@ func (w *Writer) work() {
 		p.h = sha256.Sum256(p.data)
 		// An indexed blob is pinned and not compressed again.
 		if p.known = w.s.pinIfIndexed(p.h, w.pinned); !p.known {
-			p.blob = encodeBlob(p.data)
+			p.blob = encodeBlobTo(w.s.bufs.get(blobBound(len(p.data))), p.data)
 		}
+		w.s.bufs.put(p.data)
+		p.data = nil
 		close(p.done)
 	}
 }
@@ -127,21 +136,25 @@ func (w *Writer) appendLoop() {
 		w.m.Chunks[p.i].Hash = hex.EncodeToString(p.h[:])
 		w.resMu.Unlock()
 		if _, ok := w.mine[p.h]; p.known || ok || w.failed() != nil {
+			if p.blob != nil {
+				w.s.bufs.put(p.blob)
+			}
 			continue
 		}
 		w.s.mu.Lock()
 		w.s.pinLocked(p.h, w.pinned)
 		w.s.mu.Unlock()
 		w.mine[p.h] = struct{}{}
-		w.pack.add(p.h, p.blob, len(p.data))
+		w.pack.add(p.h, p.blob, p.n)
+		w.s.bufs.put(p.blob)
 		if w.pack.full() {
 			w.flushPack()
 		}
 	}
 }
 
-// flushPack stores the current pack. It is in flight (no GC removes it)
-// until Commit or Abort.
+// flushPack hands the current pack to the uploader. It is in flight (no
+// GC removes it) from now until Commit or Abort.
 func (w *Writer) flushPack() {
 	if w.pack.empty() {
 		return
@@ -151,11 +164,29 @@ func (w *Writer) flushPack() {
 	w.s.mu.Lock()
 	w.s.inflight[id] = struct{}{}
 	w.s.mu.Unlock()
-	if err := w.s.b.Put(w.ctx, packName(id), b); err != nil {
-		w.fail(fmt.Errorf("storing a pack: %w", err))
-		return
+	w.uploads <- packUpload{indexedPack{ID: id, Entries: es}, b}
+}
+
+type packUpload struct {
+	p    indexedPack
+	data []byte
+}
+
+// uploadLoop stores the packs while the next ones are filled, so that a
+// Put (an fsync, a request) does not stall the chunking.
+func (w *Writer) uploadLoop() {
+	for u := range w.uploads {
+		if w.failed() != nil {
+			continue
+		}
+		if err := w.s.b.Put(w.ctx, packName(u.p.ID), u.data); err != nil {
+			w.fail(fmt.Errorf("storing a pack: %w", err))
+			continue
+		}
+		w.upMu.Lock()
+		w.packs = append(w.packs, u.p)
+		w.upMu.Unlock()
 	}
-	w.packs = append(w.packs, indexedPack{ID: id, Entries: es})
 }
 
 // Write adds p to the current segment.
@@ -200,7 +231,9 @@ func (w *Writer) chunk(final bool) {
 		w.m.Chunks = append(w.m.Chunks, Chunk{Len: int64(n)})
 		w.resMu.Unlock()
 		w.m.Size += int64(n)
-		p := &pending{i: i, data: bytes.Clone(w.seg[off : off+n]), done: make(chan struct{})}
+		data := w.s.bufs.get(n)
+		copy(data, w.seg[off:off+n])
+		p := &pending{i: i, n: n, data: data, done: make(chan struct{})}
 		w.order <- p
 		w.jobs <- p
 		off += n
@@ -238,6 +271,8 @@ func (w *Writer) stop() error {
 		if w.failed() == nil {
 			w.flushPack()
 		}
+		close(w.uploads)
+		w.up.Wait()
 	}
 	return w.failed()
 }
