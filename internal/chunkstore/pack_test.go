@@ -236,3 +236,38 @@ func FuzzDecodeBlob(f *testing.F) {
 		}
 	})
 }
+
+// TestReaderBesideARepackingGC: a read-only store opened before another
+// store repacked the backup's pack still reads the backup (it reads the
+// index objects again when a pack is gone).
+func TestReaderBesideARepackingGC(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, mixed, _ := crashStreams(t)
+	if _, err := s.Write("srv", "mixed", bytes.NewReader(mixed)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Write("srv", "keep", bytes.NewReader(keep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenExisting(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("srv", "mixed"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.GC(); err != nil || n == 0 {
+		t.Fatalf("GC: %d %v", n, err)
+	}
+	if got, err := io.ReadAll(ro.Reader(m)); err != nil || !bytes.Equal(got, keep) {
+		t.Fatalf("the reader beside the GC: %v", err)
+	}
+	if _, err := ro.GC(); err == nil {
+		t.Fatal("a read-only store collected garbage")
+	}
+}

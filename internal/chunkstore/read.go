@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"io/fs"
 	"runtime"
 	"sync"
 )
@@ -95,6 +96,12 @@ func (s *Store) readChunk(c Chunk, off int64) ([]byte, error) {
 		return fail(errors.New("not in the repository"))
 	}
 	raw, err := s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
+	if errors.Is(err, fs.ErrNotExist) && s.readOnly && s.reload(context.Background()) == nil {
+		// A reader beside the daemon: a GC there may have repacked it.
+		if loc, ok = s.lookup(h); ok {
+			raw, err = s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
+		}
+	}
 	if err != nil {
 		return fail(err)
 	}

@@ -192,6 +192,19 @@ func (s *Store) loadIndexes(ctx context.Context) error {
 	return nil
 }
 
+// reload reads the index objects again into a fresh in-memory index
+// (read-only stores: another process's GC replaced them).
+func (s *Store) reload(ctx context.Context) error {
+	fresh := newStore(s.b)
+	if err := fresh.loadIndexes(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idx, s.packs, s.indexes = fresh.idx, fresh.packs, fresh.indexes
+	return nil
+}
+
 // addPackLocked adds a pack's blobs to the index; a blob already indexed
 // keeps its place (a duplicate in another pack is dead).
 func (s *Store) addPackLocked(id string, es []packEntry) {
