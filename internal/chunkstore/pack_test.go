@@ -271,3 +271,71 @@ func TestReaderBesideARepackingGC(t *testing.T) {
 		t.Fatal("a read-only store collected garbage")
 	}
 }
+
+// TestFileIndexOfSegments: files written as segments (large ones in
+// several pieces) and a reused one get the chunk ranges of exactly their
+// bytes, although the chunks are cut on another goroutine.
+func TestFileIndexOfSegments(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := randomFiles(6, 3<<20, 7) // each larger than a chunk's maximum
+	for _, f := range randomFiles(30, 1000, 8) {
+		files = append(files, [2]string{"small/" + f[0], f[1]})
+	}
+	write := func(id string, reuse map[string]PrevFile) (Manifest, []byte) {
+		w := s.NewWriter("srv", id)
+		defer w.Abort()
+		var all []byte
+		for _, f := range files {
+			if p, ok := reuse[f[0]]; ok {
+				first := w.Len()
+				if !w.Reuse(p.Chunks) {
+					t.Fatal("reuse")
+				}
+				w.AddFile(File{Path: f[0], First: first, Count: w.Len() - first})
+				all = append(all, f[1]...)
+				continue
+			}
+			if err := w.Cut(); err != nil {
+				t.Fatal(err)
+			}
+			first := w.Len()
+			for b := []byte(f[1]); len(b) > 0; b = b[min(len(b), 100<<10):] {
+				w.Write(b[:min(len(b), 100<<10)])
+			}
+			w.Cut()
+			w.AddFile(File{Path: f[0], First: first, Count: w.Len() - first})
+			all = append(all, f[1]...)
+		}
+		m, err := w.Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, all
+	}
+	check := func(m Manifest) {
+		for i, f := range m.Files {
+			cs, ok := m.Entry(f)
+			if !ok {
+				t.Fatalf("file %s: no entry", f.Path)
+			}
+			got, err := io.ReadAll(s.Reader(Manifest{Chunks: cs}))
+			if err != nil || string(got) != files[i][1] {
+				t.Fatalf("%s: file %s reads back %d bytes, want %d (%v)", m.Backup, f.Path, len(got), len(files[i][1]), err)
+			}
+		}
+	}
+	m1, all := write("b1", nil)
+	if got, err := io.ReadAll(s.Reader(m1)); err != nil || !bytes.Equal(got, all) {
+		t.Fatal("b1 reads back wrong")
+	}
+	check(m1)
+	w := s.NewWriter("srv", "probe")
+	prev := w.LatestFiles("srv")
+	w.Abort()
+	delete(prev, files[2][0])
+	m2, _ := write("b2", prev)
+	check(m2)
+}

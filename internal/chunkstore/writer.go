@@ -45,8 +45,23 @@ type Writer struct {
 	s      *Store
 	ctx    context.Context
 	m      Manifest
-	seg    []byte
 	pinned map[blobID]struct{} // guarded by s.mu
+
+	// The caller's side: the segment being written, whether pieces of it
+	// went to the chunker already, and the segments so far (Len).
+	seg     []byte
+	segOpen bool
+	nsegs   int
+	files   []File // First and Count in segments until Commit
+
+	// The chunker's side (chunkLoop): what is left of the current
+	// segment, and where each segment starts in m.Chunks.
+	segs      chan segPiece
+	free      chan []byte
+	chunker   sync.WaitGroup
+	carry     []byte
+	inSeg     bool
+	segStarts []int
 
 	jobs    chan *pending
 	order   chan *pending
@@ -78,6 +93,14 @@ type pending struct {
 	known bool
 }
 
+// segPiece is bytes of a segment (the last ones when final), or the
+// reused chunks of a segment.
+type segPiece struct {
+	data  []byte
+	final bool
+	reuse []Chunk
+}
+
 // NewWriter starts backup of server; Commit ends it, Abort drops it.
 func (s *Store) NewWriter(server, backup string) *Writer {
 	n := max(2, runtime.GOMAXPROCS(0))
@@ -91,12 +114,15 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		mine:   map[blobID]struct{}{},
 		// Two packs may wait for their Put: 32 MiB of memory at most.
 		uploads: make(chan packUpload, 1),
+		segs:    make(chan segPiece, 2),
+		free:    make(chan []byte, 8),
 	}
 	for range n {
 		w.workers.Go(w.work)
 	}
 	w.app.Go(w.appendLoop)
 	w.up.Go(w.uploadLoop)
+	w.chunker.Go(w.chunkLoop)
 	return w
 }
 
@@ -196,76 +222,136 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	w.seg = append(w.seg, p...)
 	if len(w.seg) >= segmentFlush {
-		w.chunk(false)
+		w.send(false)
 	}
 	return len(p), w.failed()
 }
 
+// send hands the buffered segment bytes to the chunker.
+func (w *Writer) send(final bool) {
+	w.segs <- segPiece{data: w.seg, final: final}
+	w.segOpen = !final
+	select {
+	case b := <-w.free:
+		w.seg = b[:0]
+	default:
+		// Grows as needed; recycled buffers keep their size.
+		w.seg = make([]byte, 0, 256<<10)
+	}
+}
+
 // Cut ends the current segment: the next byte starts a chunk.
 func (w *Writer) Cut() error {
-	if w.failed() == nil && len(w.seg) > 0 {
-		w.chunk(true)
+	if w.failed() == nil && (len(w.seg) > 0 || w.segOpen) {
+		w.send(true)
+		w.nsegs++
 	}
 	return w.failed()
 }
 
-// Len is the number of chunks so far (call after Cut).
-func (w *Writer) Len() int {
-	w.resMu.Lock()
-	defer w.resMu.Unlock()
-	return len(w.m.Chunks)
+// Len is the number of segments so far (call after Cut): a file's First
+// and Count are in segments until Commit turns them into chunk indices.
+func (w *Writer) Len() int { return w.nsegs }
+
+// Reuse ends the current segment and appends, as one segment, chunks of
+// the backup LatestFiles read (a file's unchanged entry; they are pinned).
+func (w *Writer) Reuse(cs []Chunk) bool {
+	if w.Cut() != nil {
+		return false
+	}
+	w.segs <- segPiece{reuse: cs}
+	w.nsegs++
+	return true
 }
 
-// chunk cuts the buffered segment into chunks and hands them on; unless
-// final, the last chunk's bytes stay buffered (more of the segment may
-// follow, and the chunker would cut it elsewhere).
-func (w *Writer) chunk(final bool) {
+// AddFile records a file of the backup in the manifest's file index, its
+// First and Count in segments (Len).
+func (w *Writer) AddFile(f File) { w.files = append(w.files, f) }
+
+// chunkLoop cuts the segments into chunks, in order, on its own goroutine
+// (the caller's reads the files), and hands them to the workers and the
+// appender. After an error it only drains.
+func (w *Writer) chunkLoop() {
+	defer close(w.order)
+	defer close(w.jobs)
+	for p := range w.segs {
+		if p.reuse != nil {
+			w.resMu.Lock()
+			w.segStarts = append(w.segStarts, len(w.m.Chunks))
+			w.m.Chunks = append(w.m.Chunks, p.reuse...)
+			w.resMu.Unlock()
+			continue
+		}
+		if !w.inSeg {
+			w.resMu.Lock()
+			w.segStarts = append(w.segStarts, len(w.m.Chunks))
+			w.resMu.Unlock()
+			w.inSeg = true
+		}
+		buf := p.data
+		if len(w.carry) > 0 {
+			w.carry = append(w.carry, p.data...)
+			buf = w.carry
+		}
+		var rest []byte
+		if w.failed() == nil {
+			rest = w.chunk(buf, p.final)
+		}
+		w.carry = append(w.carry[:0:0], rest...)
+		if p.final {
+			w.inSeg, w.carry = false, nil
+		}
+		select {
+		case w.free <- p.data:
+		default:
+		}
+	}
+}
+
+// chunk cuts buf into chunks and hands them on; unless final, the last
+// chunk's bytes are returned (more of the segment follows, and the
+// chunker would cut it elsewhere).
+func (w *Writer) chunk(buf []byte, final bool) []byte {
 	off := 0
-	for off < len(w.seg) {
-		n := cutPoint(w.seg[off:])
-		if !final && off+n == len(w.seg) {
+	for off < len(buf) {
+		n := cutPoint(buf[off:])
+		if !final && off+n == len(buf) {
 			break
 		}
 		w.resMu.Lock()
 		i := len(w.m.Chunks)
 		w.m.Chunks = append(w.m.Chunks, Chunk{Len: int64(n)})
 		w.resMu.Unlock()
-		w.m.Size += int64(n)
 		data := w.s.bufs.get(n)
-		copy(data, w.seg[off:off+n])
+		copy(data, buf[off:off+n])
 		p := &pending{i: i, n: n, data: data, done: make(chan struct{})}
 		w.order <- p
 		w.jobs <- p
 		off += n
 	}
-	w.seg = w.seg[:copy(w.seg, w.seg[off:])]
+	return buf[off:]
 }
 
-// Reuse ends the current segment and appends chunks of the backup
-// LatestFiles read (a file's unchanged entry; they are pinned).
-func (w *Writer) Reuse(cs []Chunk) bool {
-	if w.Cut() != nil {
-		return false
+// fileIndex turns the files' segment ranges into chunk ranges.
+func (w *Writer) fileIndex() error {
+	starts := append(w.segStarts, len(w.m.Chunks))
+	for _, f := range w.files {
+		if f.First < 0 || f.Count < 0 || f.First+f.Count >= len(starts) {
+			return fmt.Errorf("file %s: segments %d+%d of %d", f.Path, f.First, f.Count, len(starts)-1)
+		}
+		f.First, f.Count = starts[f.First], starts[f.First+f.Count]-starts[f.First]
+		w.m.Files = append(w.m.Files, f)
 	}
-	w.resMu.Lock()
-	w.m.Chunks = append(w.m.Chunks, cs...)
-	w.resMu.Unlock()
-	for _, c := range cs {
-		w.m.Size += c.Len
-	}
-	return true
+	return nil
 }
-
-// AddFile records a file of the backup in the manifest's file index.
-func (w *Writer) AddFile(f File) { w.m.Files = append(w.m.Files, f) }
 
 // stop ends the pipeline (storing the last pack) and returns the first
 // error.
 func (w *Writer) stop() error {
 	if !w.stopped {
 		w.stopped = true
-		close(w.jobs)
-		close(w.order)
+		close(w.segs)
+		w.chunker.Wait()
 		w.workers.Wait()
 		w.app.Wait()
 		if w.failed() == nil {
@@ -299,7 +385,14 @@ func (w *Writer) Commit() (Manifest, error) {
 	if err := w.stop(); err != nil {
 		return Manifest{}, err
 	}
+	if err := w.fileIndex(); err != nil {
+		return Manifest{}, err
+	}
 	s, m := w.s, w.m
+	m.Size = 0
+	for _, c := range m.Chunks {
+		m.Size += c.Len
+	}
 	m.SHA1 = ChunkListSHA1(m.Chunks)
 	if err := w.storeIndex(); err != nil {
 		return Manifest{}, err
