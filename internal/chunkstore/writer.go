@@ -37,10 +37,11 @@ const segmentFlush = 8 << 20
 // each regular file's tar entry a segment, and then reuses an unchanged
 // file's chunks (Reuse) without reading it.
 //
-// Pipeline: the caller's goroutine cuts chunks; GOMAXPROCS workers hash
-// and compress them; one appender takes them in order, skips the ones
-// the repository or this backup has, and appends the others to the
-// backup's pack, which it stores when full.
+// Pipeline: the caller's goroutine (the walk reading files) hands the
+// segments to one chunker goroutine; GOMAXPROCS workers hash and compress
+// the chunks; one appender takes them in order, skips the ones the
+// repository or this backup has, and appends the others to the backup's
+// pack; one uploader stores each full pack while the next fills.
 type Writer struct {
 	s      *Store
 	ctx    context.Context
