@@ -27,7 +27,6 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pkg/sftp v1.13.12
 	github.com/prometheus/client_golang v1.25.0
-	github.com/restic/chunker v0.4.0
 	github.com/zeebo/xxh3 v1.1.0
 	golang.org/x/crypto v0.57.0
 )

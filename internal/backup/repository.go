@@ -153,7 +153,8 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 	if !h.w.Reuse(p.Chunks) {
 		return nil, false
 	}
-	k.SHA1, k.First, k.Count = p.SHA1, first, len(p.Chunks)
+	// First and Count are in the writer's segments (Len): one here.
+	k.SHA1, k.First, k.Count = p.SHA1, first, h.w.Len()-first
 	h.w.AddFile(k)
 	return sum, true
 }

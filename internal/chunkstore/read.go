@@ -2,49 +2,309 @@ package chunkstore
 
 import (
 	"archive/tar"
+	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
+	"io/fs"
+	"runtime"
 	"sync"
 )
 
-// Reader returns the tar stream of backup m. Every chunk is checked
-// against its hash as it is read; a damaged one ends the stream with a
-// *ChunkError. Chunks are read, decompressed and hashed ahead, on several
-// cores, in order.
-func (s *Store) Reader(m Manifest) io.ReadCloser {
-	const ahead = 8
-	r := &reader{out: make(chan chan result, ahead), stop: make(chan struct{})}
-	go func() {
-		defer close(r.out)
-		var off int64
-		for _, c := range m.Chunks {
-			ch := make(chan result, 1)
+// lookup finds blob h; on a miss the packs no index names are read once
+// (rescan), so a lost or damaged index object costs a scan, not a backup.
+func (s *Store) lookup(h blobID) (blobLoc, bool) {
+	s.mu.Lock()
+	loc, ok := s.idx[h]
+	s.mu.Unlock()
+	if ok {
+		return loc, true
+	}
+	s.rescan(context.Background())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	loc, ok = s.idx[h]
+	return loc, ok
+}
+
+// rescan reads the trailers of the packs no index names (and no running
+// backup writes) into the in-memory index. It writes nothing: the next GC
+// stores an index naming those that a manifest uses.
+func (s *Store) rescan(ctx context.Context) {
+	for _, p := range s.unindexedPacks(ctx) {
+		es, err := readPackIndex(ctx, s.b, packName(p.id), p.size)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.addPackLocked(p.id, es)
+		s.rescued[p.id] = struct{}{}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.rescans++
+	s.mu.Unlock()
+}
+
+type packObj struct {
+	id   string
+	size int64
+}
+
+// unindexedPacks lists the packs that no blob of the index is in and no
+// backup of this process is writing.
+func (s *Store) unindexedPacks(ctx context.Context) []packObj {
+	objs, err := s.b.List(ctx, "packs/")
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []packObj
+	for _, o := range objs {
+		id := packID(o.Name)
+		_, in := s.packs[id]
+		_, fl := s.inflight[id]
+		if id != "" && !in && !fl {
+			out = append(out, packObj{id, o.Size})
+		}
+	}
+	return out
+}
+
+// verifyBlob decodes a stored blob and checks it against its hash.
+func verifyBlob(raw []byte, c Chunk, h blobID) ([]byte, error) {
+	b, err := decodeBlob(raw, int(c.Len))
+	if err != nil {
+		return nil, err
+	}
+	if sha256.Sum256(b) != h {
+		return nil, errors.New("content does not match its hash")
+	}
+	return b, nil
+}
+
+// readChunk returns the plain bytes of chunk c, checked against its hash.
+func (s *Store) readChunk(c Chunk, off int64) ([]byte, error) {
+	fail := func(err error) ([]byte, error) { return nil, &ChunkError{Hash: c.Hash, Offset: off, Err: err} }
+	h, err := parseHash(c.Hash)
+	if err != nil {
+		return fail(err)
+	}
+	loc, ok := s.lookup(h)
+	if !ok {
+		return fail(errors.New("not in the repository"))
+	}
+	raw, err := s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
+	if errors.Is(err, fs.ErrNotExist) && s.readOnly && s.reload(context.Background()) == nil {
+		// A reader beside the daemon: a GC there may have repacked it.
+		if loc, ok = s.lookup(h); ok {
+			raw, err = s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	b, err := verifyBlob(raw, c, h)
+	if err != nil {
+		return fail(err)
+	}
+	return b, nil
+}
+
+// A readGroup is chunks of a backup stored next to each other in one
+// pack: one ranged Get reads them all.
+type readGroup struct {
+	pack     string
+	from, to int64
+	first    int // index of the first chunk in the manifest
+	items    []groupItem
+}
+
+type groupItem struct {
+	c   Chunk
+	h   blobID
+	off int64 // in the tar stream
+	loc blobLoc
+	ok  bool
+}
+
+// Coalescing: neighbours in a pack are read together when the gap between
+// them is at most maxGap, up to maxGroup bytes per Get.
+const (
+	maxGap   = 64 << 10
+	maxGroup = 8 << 20
+)
+
+// groups plans the reads of cs in order.
+func (s *Store) groups(cs []Chunk) []readGroup {
+	locs := s.locate(cs)
+	var out []readGroup
+	var off int64
+	for i, c := range cs {
+		it := groupItem{c: c, off: off}
+		off += c.Len
+		it.h, it.loc, it.ok = locs[i].h, locs[i].loc, locs[i].ok
+		if n := len(out); n > 0 && it.ok {
+			g := &out[n-1]
+			start, end := int64(it.loc.off), int64(it.loc.off)+int64(it.loc.n)
+			if g.pack == it.loc.pack && start >= g.to && start-g.to <= maxGap && end-g.from <= maxGroup {
+				g.to = end
+				g.items = append(g.items, it)
+				continue
+			}
+		}
+		g := readGroup{first: i, items: []groupItem{it}}
+		if it.ok {
+			g.pack, g.from, g.to = it.loc.pack, int64(it.loc.off), int64(it.loc.off)+int64(it.loc.n)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+type located struct {
+	h   blobID
+	loc blobLoc
+	ok  bool
+}
+
+// locate looks every chunk up, reading the unindexed packs at most once.
+func (s *Store) locate(cs []Chunk) []located {
+	out := make([]located, len(cs))
+	for pass := 0; pass < 2; pass++ {
+		missing := false
+		s.mu.Lock()
+		for i, c := range cs {
+			if out[i].ok {
+				continue
+			}
+			h, err := parseHash(c.Hash)
+			if err != nil {
+				continue
+			}
+			out[i].h = h
+			out[i].loc, out[i].ok = s.idx[h]
+			missing = missing || !out[i].ok
+		}
+		s.mu.Unlock()
+		if !missing || pass == 1 {
+			break
+		}
+		s.rescan(context.Background())
+	}
+	return out
+}
+
+// fetch reads a group and returns each chunk's bytes or *ChunkError. When
+// the ranged read fails (a pack repacked meanwhile, a short object), each
+// chunk is looked up and read again on its own.
+func (s *Store) fetch(g readGroup) ([][]byte, []error) {
+	bs, errs := make([][]byte, len(g.items)), make([]error, len(g.items))
+	var raw []byte
+	var err error
+	if g.pack != "" {
+		raw, err = s.b.Get(context.Background(), packName(g.pack), g.from, g.to-g.from)
+	}
+	for i, it := range g.items {
+		if !it.ok {
+			errs[i] = &ChunkError{Hash: it.c.Hash, Offset: it.off, Err: errors.New("not in the repository")}
+			continue
+		}
+		if err != nil {
+			bs[i], errs[i] = s.readChunk(it.c, it.off)
+			continue
+		}
+		lo := int64(it.loc.off) - g.from
+		b, verr := verifyBlob(raw[lo:lo+int64(it.loc.n)], it.c, it.h)
+		if verr != nil {
+			errs[i] = &ChunkError{Hash: it.c.Hash, Offset: it.off, Err: verr}
+			continue
+		}
+		bs[i] = b
+	}
+	return bs, errs
+}
+
+// stream reads the chunks of cs in order, several groups in flight, and
+// calls emit for each chunk in order until it returns false or stop ends.
+func (s *Store) stream(cs []Chunk, stop <-chan struct{}, emit func(i int, b []byte, err error) bool) {
+	type res struct {
+		bs   [][]byte
+		errs []error
+	}
+	ahead := max(2, runtime.GOMAXPROCS(0)) * 2
+	queue := make(chan chan res, ahead)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		defer close(queue)
+		for _, g := range s.groups(cs) {
+			ch := make(chan res, 1)
 			select {
-			case r.out <- ch:
-			case <-r.stop:
+			case queue <- ch:
+			case <-stop:
+				return
+			case <-quit:
 				return
 			}
-			go func(c Chunk, off int64) {
-				b, err := s.readChunk(c, off)
-				ch <- result{b, err}
-			}(c, off)
-			off += c.Len
+			wg.Go(func() {
+				bs, errs := s.fetch(g)
+				ch <- res{bs, errs}
+			})
 		}
-	}()
+	})
+	i := 0
+	for ch := range queue {
+		r := <-ch
+		for j := range r.bs {
+			if !emit(i, r.bs[j], r.errs[j]) {
+				close(quit)
+				for range queue { // the planner ends; the reads in flight end on their own
+				}
+				return
+			}
+			i++
+		}
+	}
+}
+
+// Reader returns the tar stream of backup m. Every chunk is checked
+// against its hash as it is read; a damaged one ends the stream with a
+// *ChunkError. Blobs are read by coalesced ranged reads, decompressed and
+// hashed ahead, on several cores, in order.
+func (s *Store) Reader(m Manifest) io.ReadCloser {
+	r := &reader{data: make(chan []byte, 16), stop: make(chan struct{})}
+	r.wg.Go(func() {
+		defer close(r.data)
+		s.stream(m.Chunks, r.stop, func(_ int, b []byte, err error) bool {
+			if err != nil {
+				r.errMu.Lock()
+				r.fail = err
+				r.errMu.Unlock()
+				return false
+			}
+			select {
+			case r.data <- b:
+				return true
+			case <-r.stop:
+				return false
+			}
+		})
+	})
 	return r
 }
 
-type result struct {
-	b   []byte
-	err error
-}
-
 type reader struct {
-	out  chan chan result
-	stop chan struct{}
-	once sync.Once
-	buf  []byte
-	err  error
+	data  chan []byte
+	stop  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+	errMu sync.Mutex
+	fail  error
+	buf   []byte
+	err   error
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -52,27 +312,27 @@ func (r *reader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		ch, ok := <-r.out
+		b, ok := <-r.data
 		if !ok {
-			r.err = io.EOF
-			return 0, io.EOF
+			r.errMu.Lock()
+			r.err = r.fail
+			r.errMu.Unlock()
+			if r.err == nil {
+				r.err = io.EOF
+			}
+			return 0, r.err
 		}
-		res := <-ch
-		if res.err != nil {
-			r.err = res.err
-			r.Close()
-			return 0, res.err
-		}
-		r.buf = res.b
+		r.buf = b
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
 }
 
-// Close stops the reading ahead.
+// Close stops the reading ahead and waits for it.
 func (r *reader) Close() error {
 	r.once.Do(func() { close(r.stop) })
+	r.wg.Wait()
 	return nil
 }
 
@@ -87,16 +347,13 @@ type Damage struct {
 // damage, naming the files affected; nil when the backup is whole.
 func (s *Store) Check(m Manifest) *Damage {
 	d := &Damage{Server: m.Server, Backup: m.Backup}
-	var off int64
-	for _, c := range m.Chunks {
-		if _, err := s.readChunk(c, off); err != nil {
-			var ce *ChunkError
-			if errors.As(err, &ce) {
-				d.Chunks = append(d.Chunks, ce)
-			}
+	s.stream(m.Chunks, nil, func(_ int, _ []byte, err error) bool {
+		var ce *ChunkError
+		if errors.As(err, &ce) {
+			d.Chunks = append(d.Chunks, ce)
 		}
-		off += c.Len
-	}
+		return true
+	})
 	if len(d.Chunks) == 0 {
 		return nil
 	}

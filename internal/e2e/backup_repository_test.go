@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,11 +34,11 @@ func repositoryNode(t *testing.T) *node {
 
 func (n *node) repoDir() string { return filepath.Join(n.Config.System.BackupDirectory, ".repository") }
 
-// repoUsage is the bytes of the repository's chunks.
+// repoUsage is the bytes of the repository's packs.
 func repoUsage(t *testing.T, dir string) int64 {
 	t.Helper()
 	var total int64
-	filepath.WalkDir(filepath.Join(dir, "chunks"), func(_ string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(dir, "packs"), func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				total += fi.Size()
@@ -223,24 +224,7 @@ func TestBackupRepositoryPanelFlows(t *testing.T) {
 	wait.For(t, time.Minute, func() bool { return repoUsage(t, n.repoDir()) < before-(6<<20) }, "the deleted backups' chunks to be freed")
 
 	// A damaged chunk: the restore fails and names the file.
-	var chunks []string
-	filepath.WalkDir(filepath.Join(n.repoDir(), "chunks"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			chunks = append(chunks, p)
-		}
-		return nil
-	})
-	damaged := 0
-	for _, p := range chunks {
-		// The large chunks are the random files' content.
-		if fi, _ := os.Stat(p); fi.Size() > 256<<10 {
-			b, _ := os.ReadFile(p)
-			b[len(b)/2] ^= 0xff
-			os.WriteFile(p, b, 0o600)
-			damaged++
-			break
-		}
-	}
+	damaged := damageLargestBlob(t, n.repoDir())
 	if damaged == 0 {
 		t.Fatal("no chunk to damage")
 	}
@@ -306,20 +290,10 @@ func TestBackupRepositoryExportVerifyDiagnostics(t *testing.T) {
 	if o, err := wharf("backups", "verify", "--config", n.CfgPath); err != nil || !strings.Contains(o, "ok       "+id) {
 		t.Fatalf("verify of a whole repository: %v\n%s", err, o)
 	}
-	// Damage the largest chunk: the random file's content.
-	var victim string
-	var size int64
-	filepath.WalkDir(filepath.Join(n.repoDir(), "chunks"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, _ := d.Info(); fi.Size() > size {
-				victim, size = p, fi.Size()
-			}
-		}
-		return nil
-	})
-	b, _ := os.ReadFile(victim)
-	b[len(b)/2] ^= 0xff
-	os.WriteFile(victim, b, 0o600)
+	// Damage the largest blob: the random file's content.
+	if damageLargestBlob(t, n.repoDir()) == 0 {
+		t.Fatal("no blob to damage")
+	}
 	o, err := wharf("backups", "verify", "--config", n.CfgPath)
 	if err == nil || !strings.Contains(o, "DAMAGED  "+id) || !strings.Contains(o, "affected file: world/region.bin") {
 		t.Fatalf("verify of a damaged chunk: %v\n%s", err, o)
@@ -386,4 +360,53 @@ func TestBackupRepositoryKill9(t *testing.T) {
 	if o, err := exec.Command(wharfBinary, "backups", "verify", "--config", n.CfgPath).CombinedOutput(); err != nil {
 		t.Fatalf("verify after the crashes: %v\n%s", err, o)
 	}
+}
+
+// damageLargestBlob flips a byte in the middle of the largest blob of the
+// repository's packs (a random file's content), found by reading the
+// packs' trailers as docs/backup-repository.md describes them: entries of
+// SHA-256 (32), offset, length, plain length (4 each, big-endian), then
+// the entry count (4), the SHA-256 of the entries (32) and "WHPACK01".
+// It returns the blob's length (0 when there is none).
+func damageLargestBlob(t *testing.T, dir string) int {
+	t.Helper()
+	var victim string
+	var at, size int64
+	filepath.WalkDir(filepath.Join(dir, "packs"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || strings.HasPrefix(d.Name(), ".") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 44 || string(b[len(b)-8:]) != "WHPACK01" {
+			t.Fatalf("pack %s has no trailer", p)
+		}
+		count := int(binary.BigEndian.Uint32(b[len(b)-44:]))
+		entries := b[len(b)-44-count*44 : len(b)-44]
+		if fmt.Sprintf("%x", sha256.Sum256(entries)) != fmt.Sprintf("%x", b[len(b)-40:len(b)-8]) {
+			t.Fatalf("pack %s: entries do not match the trailer", p)
+		}
+		for i := range count {
+			e := entries[i*44:]
+			off, n := int64(binary.BigEndian.Uint32(e[32:])), int64(binary.BigEndian.Uint32(e[36:]))
+			if n > size {
+				victim, at, size = p, off+n/2, n
+			}
+		}
+		return nil
+	})
+	if victim == "" {
+		return 0
+	}
+	f, err := os.OpenFile(victim, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	f.ReadAt(b, at)
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	return int(size)
 }

@@ -1,0 +1,105 @@
+package chunkstore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/wharf/wharf/internal/testutil/tree"
+)
+
+// benchTree is the chunks of a 64 MiB game-server tree (the test tree's
+// mix of text, region files and jars), concatenated file by file.
+func benchTree(b *testing.B) [][]byte {
+	b.Helper()
+	dir := b.TempDir()
+	if _, err := tree.GameServer(dir, 64<<20); err != nil {
+		b.Fatal(err)
+	}
+	var chunks [][]byte
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		data, _ := os.ReadFile(p)
+		for len(data) > 0 {
+			n := cutPoint(data)
+			chunks = append(chunks, data[:n])
+			data = data[n:]
+		}
+		return nil
+	})
+	return chunks
+}
+
+func total(cs [][]byte) (n int64) {
+	for _, c := range cs {
+		n += int64(len(c))
+	}
+	return n
+}
+
+// BenchmarkCutPoint: FastCDC over 64 MiB of random bytes.
+func BenchmarkCutPoint(b *testing.B) {
+	data := make([]byte, 64<<20)
+	for i := range data {
+		data[i] = byte(i*2654435761>>13) ^ byte(i>>7)
+	}
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		for d := data; len(d) > 0; {
+			d = d[cutPoint(d):]
+		}
+	}
+}
+
+// BenchmarkCodecs: the blob codec candidates on the test tree's chunks;
+// ratio-% is stored/plain.
+func BenchmarkCodecs(b *testing.B) {
+	cs := benchTree(b)
+	zenc, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	zdec, _ := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	codecs := []struct {
+		name string
+		enc  func([]byte) []byte
+		dec  func(z []byte, n int) ([]byte, error)
+	}{
+		{"s2", encodeBlob, decodeBlob},
+		{"zstd-fastest", func(p []byte) []byte { return zenc.EncodeAll(p, nil) }, func(z []byte, n int) ([]byte, error) { return zdec.DecodeAll(z, make([]byte, 0, n)) }},
+		{"sha256", func(p []byte) []byte { h := sha256.Sum256(p); return h[:] }, nil},
+	}
+	for _, c := range codecs {
+		b.Run(c.name+"/encode", func(b *testing.B) {
+			b.SetBytes(total(cs))
+			var out int64
+			for b.Loop() {
+				out = 0
+				for _, p := range cs {
+					out += int64(len(c.enc(p)))
+				}
+			}
+			b.ReportMetric(float64(out)/float64(total(cs))*100, "ratio-%")
+		})
+		if c.dec == nil {
+			continue
+		}
+		zs := make([][]byte, len(cs))
+		for i, p := range cs {
+			zs[i] = c.enc(p)
+		}
+		b.Run(c.name+"/decode", func(b *testing.B) {
+			b.SetBytes(total(cs))
+			for b.Loop() {
+				for i, z := range zs {
+					if p, err := c.dec(z, len(cs[i])); err != nil || !bytes.Equal(p, cs[i]) {
+						b.Fatalf("%s does not round-trip: %v", c.name, err)
+					}
+				}
+			}
+		})
+	}
+}
