@@ -75,7 +75,8 @@ type dirMeta struct {
 
 // Extract streams the tar.gz r into dst. Existing files are overwritten
 // (a symbolic link or directory in the way is replaced, never written
-// through); permissions are kept without setuid, setgid and sticky bits;
+// through; so is a link or file where a parent directory is needed);
+// permissions are kept without setuid, setgid and sticky bits;
 // modification times are restored (directories' last). Entries whose name
 // is absolute, contains "..", or lies below a symbolic link of the archive,
 // and hard links to such names, stop the extraction with ErrUnsafeEntry;
@@ -84,6 +85,11 @@ type dirMeta struct {
 // extracted file is checked against it (ErrChecksumMismatch), and the entry
 // itself is not written. dst should be the Trusted view of the server's
 // sandbox: confinement and the disk limit still apply.
+//
+// Each entry is made relative to its parent directory, held open from the
+// previous entries (see dirStack): the cost of an entry does not grow with
+// its depth, and a directory swapped for a link while the extraction runs
+// is never followed.
 func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOptions) (ExtractResult, error) {
 	// The inflate is single-threaded and bounds an extraction, so reading
 	// the input (system calls; for a transfer, HTTP chunks, multipart and
