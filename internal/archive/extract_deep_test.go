@@ -147,6 +147,11 @@ func TestExtractDirectoriesSwappedForLinksBetweenEntries(t *testing.T) {
 		reg(deep + "bottom"), "bottom",
 		reg(swapAt + "d/up"), "up",
 		reg(swapAt + "up"), "swapped",
+		// A closed level's child moved away: its ".." is no longer the
+		// level, which is then found again by name from the root.
+		&tar.Header{Typeflag: tar.TypeDir, Name: "m/" + deep}, "",
+		reg("m/" + swapAt + "d/up"), "up",
+		reg("m/" + swapAt + "up"), "by name",
 	}
 	swap := func(rel string) {
 		p := filepath.Join(dst, rel)
@@ -161,6 +166,8 @@ func TestExtractDirectoriesSwappedForLinksBetweenEntries(t *testing.T) {
 				must(t, os.Symlink(outside, filepath.Join(dst, "e")))
 			case swapAt + "up":
 				swap(strings.TrimSuffix(swapAt, "/"))
+			case "m/" + swapAt + "up":
+				must(t, os.Rename(filepath.Join(dst, "m", swapAt, "d"), filepath.Join(dst, "m-moved")))
 			}
 		},
 	})
@@ -182,7 +189,8 @@ func TestExtractDirectoriesSwappedForLinksBetweenEntries(t *testing.T) {
 		t.Fatalf("extraction refused the swapped tree: %v", err)
 	}
 	for name, want := range map[string]string{"a/b.moved/f2": "two", "e/g/f3": "three", "a/b.moved/f1": "one",
-		moved + "up": "swapped", moved + "d/up": "up", moved + strings.Repeat("d/", depth-30) + "bottom": "bottom"} {
+		moved + "up": "swapped", moved + "d/up": "up", moved + strings.Repeat("d/", depth-30) + "bottom": "bottom",
+		"m/" + swapAt + "up": "by name", "m-moved/up": "up"} {
 		if b, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(b) != want {
 			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
 		}
