@@ -200,7 +200,7 @@ func TestExtractOverwritesAndReplaces(t *testing.T) {
 }
 
 // tarGz builds an archive from raw headers.
-func tarGz(t *testing.T, entries ...any) []byte {
+func tarGz(t testing.TB, entries ...any) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)

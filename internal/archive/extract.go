@@ -11,7 +11,6 @@ import (
 	"hash"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"strings"
 	"time"
@@ -62,7 +61,7 @@ type extractor struct {
 	h       hash.Hash
 	sums    *spool
 	links   map[string]bool // symbolic links made by this archive
-	dirs    map[string]bool // directories known to exist
+	stack   *dirStack       // the open directories down to the current entry
 	dirMeta []dirMeta       // modes and times applied at the end
 	res     ExtractResult
 	manOK   bool
@@ -76,7 +75,8 @@ type dirMeta struct {
 
 // Extract streams the tar.gz r into dst. Existing files are overwritten
 // (a symbolic link or directory in the way is replaced, never written
-// through); permissions are kept without setuid, setgid and sticky bits;
+// through; so is a link or file where a parent directory is needed);
+// permissions are kept without setuid, setgid and sticky bits;
 // modification times are restored (directories' last). Entries whose name
 // is absolute, contains "..", or lies below a symbolic link of the archive,
 // and hard links to such names, stop the extraction with ErrUnsafeEntry;
@@ -85,6 +85,11 @@ type dirMeta struct {
 // extracted file is checked against it (ErrChecksumMismatch), and the entry
 // itself is not written. dst should be the Trusted view of the server's
 // sandbox: confinement and the disk limit still apply.
+//
+// Each entry is made relative to its parent directory, held open from the
+// previous entries (see dirStack): the cost of an entry does not grow with
+// its depth, and a directory swapped for a link while the extraction runs
+// is never followed.
 func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOptions) (ExtractResult, error) {
 	// The inflate is single-threaded and bounds an extraction, so reading
 	// the input (system calls; for a transfer, HTTP chunks, multipart and
@@ -106,9 +111,12 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		h:     sha1.New(),
 		sums:  &spool{dir: opts.TempDir},
 		links: map[string]bool{},
-		dirs:  map[string]bool{".": true},
 	}
 	defer x.sums.Close()
+	if x.stack, err = newDirStack(x); err != nil {
+		return ExtractResult{}, err
+	}
+	defer x.stack.close()
 	if opts.WriteLimit > 0 {
 		burst := int(min(opts.WriteLimit, 1<<30))
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
@@ -147,11 +155,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 	if _, err := io.Copy(io.Discard, gz); err != nil {
 		return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	for i := len(x.dirMeta) - 1; i >= 0; i-- {
-		d := x.dirMeta[i]
-		_ = x.dst.Chmod(d.name, d.mode)
-		_ = x.dst.Lchtimes(d.name, d.mtime, d.mtime)
-	}
+	x.applyDirMeta()
 	x.res.Verified = x.manOK
 	return x.res, nil
 }
@@ -173,13 +177,15 @@ func safeName(name string) (string, bool) {
 	return c, true
 }
 
-// belowLink reports whether a parent of rel is a link made by this archive.
+// belowLink reports whether a parent of rel is a link made by this archive
+// (for hard link targets: the parents of other entries are checked as the
+// directory stack goes down to them).
 func (x *extractor) belowLink(rel string) bool {
 	if len(x.links) == 0 {
 		return false
 	}
-	for p := path.Dir(rel); p != "."; p = path.Dir(p) {
-		if x.links[p] {
+	for i := strings.LastIndexByte(rel, '/'); i > 0; i = strings.LastIndexByte(rel[:i], '/') {
+		if x.links[rel[:i]] {
 			return true
 		}
 	}
@@ -192,7 +198,7 @@ func (x *extractor) unsafe(name string) error {
 
 func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	rel, ok := safeName(hdr.Name)
-	if !ok || x.belowLink(rel) {
+	if !ok {
 		return x.unsafe(hdr.Name)
 	}
 	if rel == ManifestName && hdr.Typeflag == tar.TypeReg && !x.opts.NoManifest {
@@ -247,53 +253,22 @@ func (x *extractor) wrap(rel string, err error) error {
 	return err
 }
 
-// parents makes sure the parent directories of rel exist.
-func (x *extractor) parents(rel string) error {
-	dir := path.Dir(rel)
-	if x.dirs[dir] {
-		return nil
+// parent returns the open parent directory of rel (made when missing)
+// and rel's last name.
+func (x *extractor) parent(rel string) (*sandbox.Dir, string, error) {
+	dir, base := path.Split(rel)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
 	}
-	if err := x.dst.MkdirAll(dir, 0o755); err != nil {
-		// A file or link where a directory is needed: replace it.
-		if !errors.Is(err, sandbox.ErrNotDir) {
-			return x.wrap(rel, err)
-		}
-		if err := x.clearPath(dir); err != nil {
-			return err
-		}
-		if err := x.dst.MkdirAll(dir, 0o755); err != nil {
-			return x.wrap(rel, err)
-		}
-	}
-	for d := dir; d != "."; d = path.Dir(d) {
-		x.dirs[d] = true
-	}
-	return nil
+	d, err := x.stack.enter(dir, true)
+	return d, base, err
 }
 
-// clearPath removes the first non-directory on the way to dir.
-func (x *extractor) clearPath(dir string) error {
-	parts := strings.Split(dir, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		fi, err := x.dst.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return x.wrap(p, err)
-		}
-		if !fi.IsDir() {
-			return x.wrap(p, x.dst.Remove(p))
-		}
-	}
-	return nil
-}
-
-// replace removes what is at rel unless it is a regular file (keep=true)
-// or a directory and a directory is wanted.
-func (x *extractor) replace(rel string, wantDir bool) (existed bool, err error) {
-	fi, err := x.dst.Lstat(rel)
+// clear removes what is at base in d unless it is a regular file
+// (keepFile) or a directory (keepDir); existed says it was kept.
+func (x *extractor) clear(d *sandbox.Dir, rel, base string, keepFile, keepDir bool) (existed bool, err error) {
+	fi, err := d.Lstat(base)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -301,56 +276,84 @@ func (x *extractor) replace(rel string, wantDir bool) (existed bool, err error) 
 		return false, x.wrap(rel, err)
 	}
 	switch {
-	case fi.IsDir() && wantDir:
-		return true, nil
-	case fi.Mode().IsRegular() && !wantDir:
+	case fi.IsDir() && keepDir, fi.Mode().IsRegular() && keepFile:
 		return true, nil
 	case fi.IsDir():
-		err = x.dst.RemoveAll(x.ctx, rel)
+		err = d.RemoveAll(x.ctx, base)
 	default:
-		err = x.dst.Remove(rel)
+		err = d.Remove(base)
 	}
 	return false, x.wrap(rel, err)
 }
 
 func (x *extractor) dir(rel string, hdr *tar.Header) error {
-	if err := x.parents(rel); err != nil {
+	d, base, err := x.parent(rel)
+	if err != nil {
 		return err
 	}
-	existed, err := x.replace(rel, true)
+	existed, err := x.clear(d, rel, base, false, true)
 	if err != nil {
 		return err
 	}
 	if !existed {
-		if err := x.dst.Mkdir(rel, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := d.Mkdir(base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return x.wrap(rel, err)
 		}
 	}
-	x.dirs[rel] = true
 	delete(x.links, rel)
 	x.dirMeta = append(x.dirMeta, dirMeta{name: rel, mode: fs.FileMode(hdr.Mode) & fs.ModePerm, mtime: hdr.ModTime})
 	x.res.Dirs++
 	return nil
 }
 
+// applyDirMeta sets the directories' modes and times, last made first (a
+// directory's own entries are done by then), through the directory stack.
+func (x *extractor) applyDirMeta() {
+	for i := len(x.dirMeta) - 1; i >= 0; i-- {
+		m := x.dirMeta[i]
+		dir, base := path.Split(m.name)
+		dir = strings.TrimSuffix(dir, "/")
+		if dir == "" {
+			dir = "."
+		}
+		d, err := x.stack.enter(dir, false)
+		if err != nil {
+			continue // gone or replaced since: nothing to restore
+		}
+		_ = d.Chmod(base, m.mode)
+		_ = d.Lchtimes(base, m.mtime, m.mtime)
+	}
+}
+
+// create opens base in d for writing: created exclusively, or (something
+// in the way) an existing regular file truncated, or after removing what
+// was there.
+func (x *extractor) create(d *sandbox.Dir, rel, base string, mode fs.FileMode) (f *sandbox.File, existed bool, err error) {
+	f, err = d.Create(base, mode)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, false, x.wrap(rel, err)
+	}
+	if existed, err = x.clear(d, rel, base, true, false); err != nil {
+		return nil, false, err
+	}
+	if existed {
+		f, err = d.Rewrite(base)
+	} else {
+		f, err = d.Create(base, mode)
+	}
+	return f, existed, x.wrap(rel, err)
+}
+
 func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
-	if err := x.parents(rel); err != nil {
+	d, base, err := x.parent(rel)
+	if err != nil {
 		return err
 	}
 	delete(x.links, rel)
 	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
-	// A new file is created exclusively; only when something is in the way
-	// is it looked at (a link or directory removed, a file truncated).
-	existed := false
-	f, err := x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if errors.Is(err, fs.ErrExist) {
-		if existed, err = x.replace(rel, false); err != nil {
-			return err
-		}
-		f, err = x.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	}
+	f, existed, err := x.create(d, rel, base, mode)
 	if err != nil {
-		return x.wrap(rel, err)
+		return err
 	}
 	if !x.opts.NoManifest {
 		x.h.Reset()
@@ -370,7 +373,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	if existed || mode == 0 {
-		if err := x.dst.Chmod(rel, mode); err != nil {
+		if err := d.Chmod(base, mode); err != nil {
 			return x.wrap(rel, err)
 		}
 	}
@@ -413,47 +416,45 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	if hdr.Linkname == "" {
 		return x.unsafe(hdr.Name)
 	}
-	if err := x.parents(rel); err != nil {
+	d, base, err := x.parent(rel)
+	if err != nil {
 		return err
 	}
-	if _, err := x.dst.Lstat(rel); err == nil {
-		if err := x.dst.RemoveAll(x.ctx, rel); err != nil {
-			return x.wrap(rel, err)
-		}
+	if _, err := x.clear(d, rel, base, false, false); err != nil {
+		return err
 	}
-	if err := x.dst.Symlink(hdr.Linkname, rel); err != nil {
+	if err := d.Symlink(hdr.Linkname, base); err != nil {
 		return x.wrap(rel, err)
 	}
 	x.links[rel] = true
-	delete(x.dirs, rel)
-	_ = x.dst.Lchtimes(rel, hdr.ModTime, hdr.ModTime)
+	_ = d.Lchtimes(base, hdr.ModTime, hdr.ModTime)
 	x.res.Symlinks++
 	return nil
 }
 
 // hardlink stores a copy of an earlier regular file of the archive (the
-// sandbox gives out no hard links).
+// sandbox gives out no hard links). The target is found from the root: a
+// hard link costs a walk of its target's depth.
 func (x *extractor) hardlink(rel, target string, hdr *tar.Header) error {
 	fi, err := x.dst.Lstat(target)
 	if err != nil || !fi.Mode().IsRegular() {
 		return x.unsafe(hdr.Name)
 	}
-	if err := x.parents(rel); err != nil {
+	d, base, err := x.parent(rel)
+	if err != nil {
 		return err
 	}
 	if rel == target {
 		return nil
 	}
-	if _, err := x.dst.Lstat(rel); err == nil {
-		if err := x.dst.RemoveAll(x.ctx, rel); err != nil {
-			return x.wrap(rel, err)
-		}
+	if _, err := x.clear(d, rel, base, false, false); err != nil {
+		return err
 	}
 	if err := x.dst.Copy(target, rel); err != nil {
 		return x.wrap(rel, err)
 	}
 	delete(x.links, rel)
-	_ = x.dst.Lchtimes(rel, fi.ModTime(), fi.ModTime())
+	_ = d.Lchtimes(base, fi.ModTime(), fi.ModTime())
 	x.res.Files++
 	return nil
 }
