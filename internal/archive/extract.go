@@ -60,9 +60,9 @@ type extractor struct {
 	buf     []byte
 	h       hash.Hash
 	sums    *spool
-	links   map[string]bool // symbolic links made by this archive
-	stack   *dirStack       // the open directories down to the current entry
-	dirMeta []dirMeta       // modes and times applied at the end
+	links   map[string]bool   // symbolic links made by this archive
+	stack   *sandbox.DirStack // the open directories down to the current entry
+	dirMeta []dirMeta         // modes and times applied at the end
 	res     ExtractResult
 	manOK   bool
 }
@@ -87,7 +87,7 @@ type dirMeta struct {
 // sandbox: confinement and the disk limit still apply.
 //
 // Each entry is made relative to its parent directory, held open from the
-// previous entries (see dirStack): the cost of an entry does not grow with
+// previous entries (see sandbox.DirStack): the cost of an entry does not grow with
 // its depth, and a directory swapped for a link while the extraction runs
 // is never followed.
 func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOptions) (ExtractResult, error) {
@@ -116,7 +116,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 	if x.stack, err = newDirStack(x); err != nil {
 		return ExtractResult{}, err
 	}
-	defer x.stack.close()
+	defer x.stack.Close()
 	if opts.WriteLimit > 0 {
 		burst := int(min(opts.WriteLimit, 1<<30))
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
@@ -261,8 +261,8 @@ func (x *extractor) parent(rel string) (*sandbox.Dir, string, error) {
 	if dir == "" {
 		dir = "."
 	}
-	d, err := x.stack.enter(dir, true)
-	return d, base, err
+	d, err := x.stack.Enter(dir, true)
+	return d, base, x.wrap(dir, err)
 }
 
 // clear removes what is at base in d unless it is a regular file
@@ -316,7 +316,7 @@ func (x *extractor) applyDirMeta() {
 		if dir == "" {
 			dir = "."
 		}
-		d, err := x.stack.enter(dir, false)
+		d, err := x.stack.Enter(dir, false)
 		if err != nil {
 			continue // gone or replaced since: nothing to restore
 		}

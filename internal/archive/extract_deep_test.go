@@ -67,7 +67,7 @@ func openFDs(t testing.TB) int {
 }
 
 // An archive 1,500 levels deep is extracted whole (every level's file, the
-// directories' modes) while the extraction holds at most maxHeld directory
+// directories' modes) while the extraction holds at most sandbox.MaxHeld directory
 // descriptors (plus the few of the stream): the deep levels are closed on
 // the way down and reopened through ".." on the way back up.
 func TestExtractOfADeepTreeHoldsFewDescriptors(t *testing.T) {
@@ -91,7 +91,7 @@ func TestExtractOfADeepTreeHoldsFewDescriptors(t *testing.T) {
 		t.Fatalf("result %+v, want %d dirs and files", res, depth)
 	}
 	// 64 directories and a few for the stream and the file being
-	// written (a literal, so that raising maxHeld fails here).
+	// written (a literal, so that raising sandbox.MaxHeld fails here).
 	if held := peak - base; held > 72 {
 		t.Fatalf("extraction held %d descriptors, want at most 72", held)
 	}
