@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,7 +41,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	defer cr.Close()
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
-		maxWrite: 1 << 20, sums: map[string]fileSum{}, man: map[string]*manEntry{}, dirs: map[string]bool{},
+		maxWrite: 1 << 20, sums: map[string]fileSum{}, man: map[string]*manEntry{},
 		noInstallLog: version < 3,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
@@ -100,16 +100,16 @@ type applier struct {
 	man      map[string]*manEntry
 	final    bool
 	started  bool
-	dirs     map[string]bool // directories known to exist
 	log      func(pass uint64, phase byte)
 	// noInstallLog: a version-2 stream, which has no install log record.
 	noInstallLog bool
 	installLog   []byte // the source's install log (not nil once received)
 
-	// The directory of the last file written. It is let go before
-	// anything that may remove it: a handle on a removed directory would
-	// write where no path leads.
-	held heldDir
+	// The open directories down to the last record's (made on first
+	// use): each record is applied by one name in its parent, reached
+	// from the previous record's, so a deep tree costs linear time and a
+	// directory swapped for a link mid-transfer is never followed.
+	stack *sandbox.DirStack
 
 	checked time.Duration // how long the check against the manifest took
 }
@@ -119,7 +119,11 @@ type applier struct {
 var ErrManifestMismatch = fmt.Errorf("%w: the received tree does not match the source's manifest", ErrChecksumMismatch)
 
 func (a *applier) run() error {
-	defer a.held.close()
+	defer func() {
+		if a.stack != nil {
+			a.stack.Close()
+		}
+	}()
 	for {
 		if err := a.ctx.Err(); err != nil {
 			return context.Cause(a.ctx)
@@ -234,11 +238,12 @@ func (a *applier) pass(pass uint64, phase byte) error {
 	if !a.started {
 		// The server is new on this node: whatever its directory holds
 		// (left by an earlier failed attempt) is not the source's.
-		a.held.close()
+		if a.stack != nil {
+			a.stack.Leave(".")
+		}
 		if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
 			return err
 		}
-		clear(a.dirs)
 		a.started = true
 	}
 	a.final = phase == phaseFinal
@@ -246,45 +251,37 @@ func (a *applier) pass(pass uint64, phase byte) error {
 	return nil
 }
 
-// parents makes rel's parent directories, replacing a file or link in the
-// way. Directories known to exist are not looked at again.
-func (a *applier) parents(rel string) error {
-	dir := path.Dir(rel)
-	if dir == "." || a.dirs[dir] {
-		return nil
-	}
-	parts := strings.Split(dir, "/")
-	for i := range parts {
-		p := strings.Join(parts[:i+1], "/")
-		if a.dirs[p] {
-			continue
-		}
-		err := a.dst.Mkdir(p, 0o755)
-		if errors.Is(err, fs.ErrExist) {
-			fi, lerr := a.dst.Lstat(p)
-			if lerr != nil {
-				return lerr
-			}
-			if !fi.IsDir() {
-				if err := a.remove(p); err != nil {
-					return err
-				}
-				err = a.dst.Mkdir(p, 0o755)
-			} else {
-				err = nil
-			}
-		}
+// enter returns the open directory dir (see sandbox.DirStack), making the
+// missing ones when create is set (a file or link in the way is removed,
+// never followed).
+func (a *applier) enter(dir string, create bool) (*sandbox.Dir, error) {
+	if a.stack == nil {
+		st, err := a.dst.NewDirStack()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		a.dirs[p] = true
+		st.Removed = func(rel string) { delete(a.sums, rel) }
+		a.stack = st
 	}
-	return nil
+	return a.stack.Enter(dir, create)
 }
 
-// clear removes what is at rel unless it is of the wanted kind.
-func (a *applier) clear(rel string, want byte) (existed bool, err error) {
-	fi, err := a.dst.Lstat(rel)
+// parent returns the open parent directory of rel (made when missing)
+// and rel's last name.
+func (a *applier) parent(rel string) (*sandbox.Dir, string, error) {
+	d, err := a.enter(path.Dir(rel), true)
+	return d, path.Base(rel), err
+}
+
+// enterParent returns the open parent directory of rel, which must exist.
+func (a *applier) enterParent(rel string) (*sandbox.Dir, string, error) {
+	d, err := a.enter(path.Dir(rel), false)
+	return d, path.Base(rel), err
+}
+
+// clear removes base of d (rel) unless it is of the wanted kind.
+func (a *applier) clear(d *sandbox.Dir, rel, base string, want byte) (existed bool, err error) {
+	fi, err := d.Lstat(base)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -294,93 +291,113 @@ func (a *applier) clear(rel string, want byte) (existed bool, err error) {
 	if k := kindOf(fi.Mode()); k == want && want != 'l' {
 		return true, nil
 	}
-	return false, a.remove(rel)
+	return false, a.removeIn(d, rel, base, fi)
 }
 
+// remove removes rel, whatever it is (a record of a path deleted at the
+// source); nothing there, or a non-directory on its way, is no error.
 func (a *applier) remove(rel string) error {
-	fi, err := a.dst.Lstat(rel)
+	d, err := a.enter(path.Dir(rel), false)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, sandbox.ErrNotDir) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if fi.IsDir() {
-		a.held.close()
+	base := path.Base(rel)
+	fi, err := d.Lstat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	if err := a.dst.RemoveAll(a.ctx, rel); err != nil {
+	if err != nil {
+		return err
+	}
+	return a.removeIn(d, rel, base, fi)
+}
+
+// removeIn removes base of d (rel, described by fi) and forgets the sums
+// of what it held.
+func (a *applier) removeIn(d *sandbox.Dir, rel, base string, fi fs.FileInfo) error {
+	if !fi.IsDir() {
+		if err := d.Remove(base); err != nil {
+			return err
+		}
+		delete(a.sums, rel)
+		return nil
+	}
+	// No handle below rel may outlive it: it would write where no path
+	// leads. (d, rel's parent, is the stack's top and stays open.)
+	a.stack.Leave(rel)
+	if err := d.RemoveAll(a.ctx, base); err != nil {
 		return err
 	}
 	delete(a.sums, rel)
-	if fi.IsDir() {
-		for p := range a.sums {
-			if strings.HasPrefix(p, rel+"/") {
-				delete(a.sums, p)
-			}
+	for p := range a.sums {
+		if strings.HasPrefix(p, rel+"/") {
+			delete(a.sums, p)
 		}
-		clear(a.dirs)
 	}
 	return nil
 }
 
 func (a *applier) dir(rel string, mode fs.FileMode, mtime int64) error {
-	if a.dirs[rel] {
-		return nil
-	}
-	if err := a.parents(rel); err != nil {
+	d, base, err := a.parent(rel)
+	if err != nil {
 		return err
 	}
-	err := a.dst.Mkdir(rel, 0o755)
-	if errors.Is(err, fs.ErrExist) {
-		var existed bool
-		if existed, err = a.clear(rel, 'd'); err == nil && !existed {
-			err = a.dst.Mkdir(rel, 0o755)
-		}
+	existed, err := a.clear(d, rel, base, 'd')
+	if err == nil && !existed {
+		err = d.Mkdir(base, 0o755)
 	}
 	if err != nil {
 		return err
 	}
-	a.dirs[rel] = true
-	_ = a.dst.Chmod(rel, mode)
+	_ = d.Chmod(base, mode)
 	return nil
 }
 
 func (a *applier) link(rel, target string, mtime int64) error {
-	if err := a.parents(rel); err != nil {
-		return err
-	}
-	if _, err := a.clear(rel, 'l'); err != nil {
-		return err
-	}
-	if err := a.dst.Symlink(target, rel); err != nil {
-		return err
-	}
-	t := time.Unix(0, mtime)
-	_ = a.dst.Lchtimes(rel, t, t)
-	return nil
-}
-
-func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
-	if err := a.parents(rel); err != nil {
-		return err
-	}
-	delete(a.sums, rel)
-	d, err := a.held.open(a.dst, path.Dir(rel))
+	d, base, err := a.parent(rel)
 	if err != nil {
 		return err
 	}
-	base := path.Base(rel)
-	// A new file is created exclusively; only something in the way is
-	// looked at (a directory or link removed, a file truncated), by name.
-	existed := false
-	f, err := d.Create(base, mode)
-	if errors.Is(err, fs.ErrExist) {
-		d = nil // clear may remove a directory, and with it the open one
-		if existed, err = a.clear(rel, 'f'); err != nil {
-			return err
-		}
-		f, err = a.dst.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if _, err := a.clear(d, rel, base, 'l'); err != nil {
+		return err
 	}
+	if err := d.Symlink(target, base); err != nil {
+		return err
+	}
+	t := time.Unix(0, mtime)
+	_ = d.Lchtimes(base, t, t)
+	return nil
+}
+
+// create opens base of d for writing: created exclusively, or (something
+// in the way) an existing regular file truncated, or after removing what
+// was there (a directory or link: never written through).
+func (a *applier) create(d *sandbox.Dir, rel, base string, mode fs.FileMode) (f *sandbox.File, existed bool, err error) {
+	f, err = d.Create(base, mode)
+	if !errors.Is(err, fs.ErrExist) {
+		return f, false, err
+	}
+	if existed, err = a.clear(d, rel, base, 'f'); err != nil {
+		return nil, false, err
+	}
+	if existed {
+		f, err = d.Rewrite(base)
+	} else {
+		f, err = d.Create(base, mode)
+	}
+	return f, existed, err
+}
+
+func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
+	d, base, err := a.parent(rel)
+	if err != nil {
+		return err
+	}
+	delete(a.sums, rel)
+	f, existed, err := a.create(d, rel, base, mode)
 	if err != nil {
 		return err
 	}
@@ -390,16 +407,12 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		err = cerr
 	}
 	if err == nil && existed {
-		err = a.dst.Chmod(rel, mode)
+		err = d.Chmod(base, mode)
 	}
 	if err == nil {
 		// In nanoseconds (a descriptor's SetTimes keeps microseconds).
 		t := time.Unix(0, mtime)
-		if d != nil {
-			err = d.Lchtimes(base, t, t)
-		} else {
-			err = a.dst.Lchtimes(rel, t, t)
-		}
+		err = d.Lchtimes(base, t, t)
 	}
 	if err != nil {
 		return err
@@ -464,20 +477,41 @@ func (a *applier) manifestEntry(d *recDecoder) error {
 	return nil
 }
 
+// dirMeta applies the manifest's directory modes and times, a directory's
+// children before it (names in reverse order), each through the directory
+// stack from its parent: consecutive names share most of their path, so
+// a deep tree costs linear time.
+func (a *applier) dirMeta() error {
+	var dirs []string
+	for rel, e := range a.man {
+		if e.kind == 'd' {
+			dirs = append(dirs, rel)
+		}
+	}
+	slices.Sort(dirs)
+	for _, rel := range slices.Backward(dirs) {
+		e := a.man[rel]
+		d, base, err := a.enterParent(rel)
+		if err == nil {
+			err = d.Chmod(base, e.mode)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, rel, err)
+		}
+		t := time.Unix(0, e.mtime)
+		_ = d.Lchtimes(base, t, t)
+	}
+	return nil
+}
+
 // verify applies the directories' modes and times and checks the whole
 // tree against the manifest: every path, kind, mode, time, link target, and
 // every file's size and hash (the hash taken when the file arrived, in
 // whichever pass that was).
 func (a *applier) verify() error {
 	defer func(began time.Time) { a.checked = time.Since(began) }(time.Now())
-	for rel, e := range a.man {
-		if e.kind == 'd' {
-			t := time.Unix(0, e.mtime)
-			if err := a.dst.Chmod(rel, e.mode); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, rel, err)
-			}
-			_ = a.dst.Lchtimes(rel, t, t)
-		}
+	if err := a.dirMeta(); err != nil {
+		return err
 	}
 	var seen atomic.Int64
 	err := a.dst.WalkParallel(a.ctx, ".", runtime.GOMAXPROCS(0), func(rel string, d fs.DirEntry, err error) error {
