@@ -6,7 +6,9 @@ LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Release targets: static binaries (no cgo), one per architecture.
 PLATFORMS ?= linux/amd64 linux/arm64
 # Tests share one Docker engine and a 2-core machine: keep package parallelism low.
-TESTFLAGS ?= -race -p 2 -timeout 25m
+# -parallel 4: the container-free e2e tests (t.Parallel) mostly wait on their
+# own daemon, so four of them at once fit on two cores.
+TESTFLAGS ?= -race -p 2 -parallel 4 -timeout 25m
 
 .PHONY: build release image test lint bench fuzz dev clean
 

@@ -139,34 +139,62 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 		opts.mutate(c)
 	}
 	cfgPath := filepath.Join(dir, "config.yml")
-	if err := c.Save(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-
 	n := &node{
-		t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", c.API.Port), Token: token, Config: c,
-		CfgPath: cfgPath, Panel: panel, log: &syncBuffer{}, exited: make(chan struct{}),
+		t: t, Token: token, Config: c, CfgPath: cfgPath, Panel: panel, log: &syncBuffer{},
 	}
-	n.cmd = exec.Command(wharfBinary, "--config", cfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { n.exitErr = n.cmd.Wait(); close(n.exited) }()
 	t.Cleanup(n.stop)
-	n.waitReady()
+	// The ports were free when picked but are not held until the daemon
+	// binds them: a parallel test's connection can take one in between.
+	// Such a boot fails on bind and is retried on new ports.
+	for attempt := 1; ; attempt++ {
+		n.URL = fmt.Sprintf("http://127.0.0.1:%d", c.API.Port)
+		if err := c.Save(cfgPath); err != nil {
+			t.Fatal(err)
+		}
+		if n.boot() || attempt == 3 || !strings.Contains(n.log.String(), "address already in use") {
+			break
+		}
+		c.API.Port, c.System.SFTP.BindPort = freePort(t), freePort(t)
+		n.log = &syncBuffer{}
+	}
+	if n.bootFailed() {
+		t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
+	}
 	return n
 }
 
+// boot starts the daemon on CfgPath and waits until it answers or exits;
+// it reports whether it answers.
+func (n *node) boot() bool {
+	n.t.Helper()
+	n.exited = make(chan struct{})
+	n.exitErr = nil
+	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	cmd, exited := n.cmd, n.exited
+	go func() { n.exitErr = cmd.Wait(); close(exited) }()
+	n.waitReady()
+	return !n.bootFailed()
+}
+
+func (n *node) bootFailed() bool {
+	select {
+	case <-n.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitReady waits until the API answers or the daemon exits.
 func (n *node) waitReady() {
 	n.t.Helper()
-	exited := false
 	wait.For(n.t, 30*time.Second, func() bool {
-		select {
-		case <-n.exited:
-			exited = true
+		if n.bootFailed() {
 			return true
-		default:
 		}
 		res, err := http.Get(n.URL + "/api/system")
 		if err == nil {
@@ -174,12 +202,12 @@ func (n *node) waitReady() {
 		}
 		return err == nil
 	}, "wharf to answer\n%s", n.log)
-	if exited {
-		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
-	}
 }
 
 func (n *node) stop() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
 	select {
 	case <-n.exited:
 		return
@@ -252,14 +280,7 @@ func (n *node) kill9() {
 // restart starts the daemon again on the same configuration and data.
 func (n *node) restart() {
 	n.t.Helper()
-	n.exited = make(chan struct{})
-	n.exitErr = nil
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
+	if !n.boot() {
+		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
 	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
-	n.waitReady()
 }

@@ -19,6 +19,7 @@ import (
 // By default there is no metrics endpoint at all: nothing listens for it,
 // and the API port has no /metrics for anyone.
 func TestMetricsOffByDefault(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true})
 	for _, auth := range []string{"-", ""} {
 		res, body := n.request("GET", "/metrics", nil, auth)

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -80,17 +79,10 @@ func startClusterNode(t *testing.T, name, panelURL string, a *assignment, mutate
 	c, cfgPath := clusterConfig(t, name, panelView(t, panelURL, name, a).URL, mutate)
 	n := &node{
 		t: t, URL: "http://127.0.0.1:" + strconv.Itoa(c.API.Port), Token: clusterToken, Config: c,
-		CfgPath: cfgPath, log: &syncBuffer{}, exited: make(chan struct{}),
+		CfgPath: cfgPath, log: &syncBuffer{},
 	}
-	n.cmd = exec.Command(wharfBinary, "--config", cfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(n.stop)
-	n.waitReady()
+	n.restart()
 	return n
 }
 
