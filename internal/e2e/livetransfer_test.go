@@ -240,6 +240,9 @@ func TestLiveTransferFailures(t *testing.T) {
 		{"kill target in phase 2", "7b000018-0000-4000-8000-000000000018", 2, "kill-target"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each case has its own server and two nodes: most of its time
+			// is the throttled phase 1, spent waiting.
+			t.Parallel()
 			id := tc.id
 			// Uncompressed, so that the bytes in flight (in buffers) stay
 			// well below the tree.

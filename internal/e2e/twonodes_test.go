@@ -106,6 +106,9 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	ln.Close()
 	c.PlaceUnder(dir)
 	c.System.Username = "root"
+	// Each node's SFTP listener on its own port, not both on 2022.
+	c.System.SFTP.BindAddress = "127.0.0.1"
+	c.System.SFTP.BindPort = freePort(tb)
 	// The two-node tests exercise the classic transfer (the one Wings
 	// speaks) unless they switch live transfers on.
 	c.System.Transfers.Live = false
