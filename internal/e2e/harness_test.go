@@ -43,8 +43,11 @@ func TestMain(m *testing.M) {
 	wharfBinary = filepath.Join(dir, "wharf")
 	// One binary for every test, built with the test tag: it runs on Docker
 	// (the production path) unless a test's configuration asks for the
-	// in-memory runtime (nodeOptions.fake).
+	// in-memory runtime (nodeOptions.fake). Without cgo, as the release is
+	// built: the packaging test builds the same way, so the two builds share
+	// their compiled packages in the build cache.
 	build := exec.Command("go", "build", "-tags", "wharf_testruntime", "-o", wharfBinary, "github.com/wharf/wharf/cmd/wharf")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building wharf:", err)
