@@ -81,6 +81,7 @@ func changeWhileOnline(t *testing.T, dir string) {
 // While phase 1 streams, the server runs and its files change; the target
 // ends with the tree as it was when the server stopped.
 func TestLiveTransferKeepsServerOnline(t *testing.T) {
+	t.Parallel() // own server UUID and nodes; mostly a throttled wait
 	const id = "7b000001-0000-4000-8000-000000000001"
 	const scrapeToken = "e2e-live-scrape-token-0123456789"
 	metricsPort := freePort(t)
