@@ -287,3 +287,17 @@ func (n *node) restart() {
 		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
 	}
 }
+
+// dockerSlots bounds the Docker tests that run in parallel: each starts
+// containers on the one shared engine, next to the container-free tests.
+var dockerSlots = make(chan struct{}, 2)
+
+// parallelDocker marks a Docker test parallel. Only for a test whose
+// servers have fresh UUIDs (newGameServer), that asserts no timing and that
+// touches nothing of the engine but its own containers.
+func parallelDocker(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	dockerSlots <- struct{}{}
+	t.Cleanup(func() { <-dockerSlots })
+}

@@ -36,6 +36,7 @@ func TestMetricsOffByDefault(t *testing.T) {
 // labelled by route pattern, so requests for any number of servers and
 // unknown paths add a bounded number of series.
 func TestMetricsEndpoint(t *testing.T) {
+	parallelDocker(t)
 	const tok = "e2e-scrape-token-0123456789"
 	port := freePort(t)
 	s := newGameServer(t)
