@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -98,12 +97,7 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	c.TokenID, c.Token = clusterTokenID, clusterToken
 	c.Remote = remote
 	c.API.Host = "127.0.0.1"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.API.Port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	c.API.Port = freePort(tb)
 	c.PlaceUnder(dir)
 	c.System.Username = "root"
 	// Each node's SFTP listener on its own port, not both on 2022.
