@@ -6,7 +6,9 @@ LDFLAGS  := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Release targets: static binaries (no cgo), one per architecture.
 PLATFORMS ?= linux/amd64 linux/arm64
 # Tests share one Docker engine and a 2-core machine: keep package parallelism low.
-TESTFLAGS ?= -race -p 2 -timeout 25m
+# -parallel 4: the container-free e2e tests (t.Parallel) mostly wait on their
+# own daemon, so four of them at once fit on two cores.
+TESTFLAGS ?= -race -p 2 -parallel 4 -timeout 25m
 
 .PHONY: build release image test lint bench fuzz dev clean
 
@@ -37,22 +39,34 @@ lint:
 	@# go.mod and go.sum must be what "go mod tidy" makes of them.
 	$(GO) mod tidy -diff
 
-# Every fuzz target, each for a short bounded time (CI runs this too). A run that fails
-# without writing a failing input is the fuzzing engine's own time-out under load, not a
-# finding: it is run once more, and fails the build if it fails again.
+# Every fuzz target, each for a short bounded time (CI runs this too). Each package's
+# instrumented test binary is built once (go test -c -fuzz) and runs its targets one
+# after the other, from the package directory (where testdata/fuzz is) and with the
+# corpus cache go test itself would use. Targets are found by name in the _test.go
+# files: listing them with go test -list would build every package's tests again.
+# A run that fails without writing a failing input is the fuzzing engine's own
+# time-out under load, not a finding: it is run once more, and fails the build if
+# it fails again.
 FUZZTIME ?= 5s
+FUZZBIN  ?= $(or $(TMPDIR),/tmp)/wharf-fuzz
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./internal/...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	@set -e; mkdir -p $(FUZZBIN); cache=$$($(GO) env GOCACHE)/fuzz; \
+	$(GO) list -f '{{.Dir}} {{.ImportPath}}' ./internal/... | while read -r dir pkg; do \
+	  targets=$$(cat $$dir/*_test.go 2>/dev/null | sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p'); \
+	  [ -n "$$targets" ] || continue; \
+	  bin=$(FUZZBIN)/$$(basename $$pkg).test; \
+	  $(GO) test -c -fuzz . -o $$bin $$pkg; \
+	  for f in $$targets; do \
 	    echo "fuzz $$pkg $$f"; \
-	    out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg 2>&1) || { \
+	    run="$$bin -test.run ^$$ -test.fuzz ^$$f$$ -test.fuzztime $(FUZZTIME) -test.parallel 2 -test.fuzzcachedir $$cache/$$pkg"; \
+	    out=$$(cd $$dir && $$run 2>&1) || { \
 	      echo "$$out"; \
 	      case "$$out" in *"Failing input written"*) exit 1 ;; esac; \
 	      echo "fuzz $$pkg $$f: the engine failed without a failing input (a worker missed the deadline on a loaded machine); once more"; \
-	      $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg || exit 1; \
+	      (cd $$dir && $$run) || exit 1; \
 	    }; \
 	  done; \
-	done
+	done; rm -rf $(FUZZBIN)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -p 1 -timeout 60m ./...

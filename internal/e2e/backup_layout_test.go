@@ -23,6 +23,7 @@ import (
 // daemons, as the spec's .serviceignore does; present together, the union
 // of their patterns applies.
 func TestBackupHonoursEveryWingsIgnoreFile(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	writeFiles(t, dir, map[string]string{
@@ -127,6 +128,7 @@ func (n *node) restoreFrom(t *testing.T, server, backup string) bool {
 // back. Another server of the node cannot reach a per-server archive by its
 // UUID (attacks.md F9).
 func TestBackupLayoutsOfBothWingsCarryOver(t *testing.T) {
+	t.Parallel()
 	other := uuid.NewString()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer), gameServer(other)}})
 	dir := n.serverDir(backupServer)

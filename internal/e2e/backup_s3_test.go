@@ -28,6 +28,7 @@ import (
 // 500 first. The test completes the upload with the reported ETags and
 // compares the object with a local backup of the same tree.
 func TestBackupObjectStore(t *testing.T) {
+	t.Parallel()
 	store := objectstore.Start(t)
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
@@ -134,6 +135,7 @@ func TestBackupObjectStore(t *testing.T) {
 // TestBackupObjectStoreFailureReported: a part that always fails ends as
 // successful:false and leaves no local file.
 func TestBackupObjectStoreFailureReported(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	writeFiles(t, n.serverDir(backupServer), map[string]string{"a": "a"})
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(403) }))

@@ -105,6 +105,7 @@ func (n *node) backup(id, adapter, ignore string) backupStatus {
 }
 
 func TestBackupLocalCreateIgnoreAndDelete(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	dir := n.serverDir(backupServer)
 	writeFiles(t, dir, map[string]string{
@@ -318,6 +319,7 @@ func serveArchive(t *testing.T, body []byte, contentType string, cut bool) strin
 }
 
 func TestBackupRestoreObjectStoreDownload(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{gameServer(backupServer)},
 		mutate:  func(c *config.Config) { c.System.Backups.RestoreHostAllowlist = []string{"127.0.0.1"} },
@@ -369,6 +371,7 @@ func TestBackupRestoreObjectStoreDownload(t *testing.T) {
 }
 
 func TestBackupRestoreRefusesLoopbackWithoutAllowlist(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer)}})
 	id := newBackupID()
 	url := serveArchive(t, []byte("x"), "application/gzip", false)

@@ -10,6 +10,7 @@ import (
 // Asking a command for its usage is not an error: exit 0, the usage on
 // stderr, and no "flag: help requested" line.
 func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"dev", "--help"}, {"configure", "--help"}, {"diagnostics", "-h"}} {
 		var stderr bytes.Buffer
 		cmd := exec.Command(wharfBinary, args...)

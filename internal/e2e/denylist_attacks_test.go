@@ -74,6 +74,7 @@ func (n *node) assertNotServed(t *testing.T, c *sftpSession, name string) {
 // through an in-root link; a directory cannot be moved onto a denied
 // name; and the denied file is then never served under another name.
 func TestDenylistAncestors(t *testing.T) {
+	t.Parallel()
 	n, c := denylistNode(t)
 	httpDenied := func(what, method, route string, body any) {
 		t.Helper()
@@ -165,6 +166,7 @@ func TestDenylistAncestors(t *testing.T) {
 // archive is made, holds the denied file's siblings, and never the denied
 // file.
 func TestDenylistCompressLeavesDeniedOut(t *testing.T) {
+	t.Parallel()
 	n, _ := denylistNode(t)
 	cases := []struct{ root, file, sibling string }{
 		{"/", "config", "config/server.cfg"},

@@ -103,6 +103,7 @@ func limitedSFTPNode(t *testing.T) (*node, *sftpSession, string) {
 // round added the handle's old size for free; counted on disk, the server
 // never holds more than its limit.
 func TestDiskLimitTruncateUnderOpenHandle(t *testing.T) {
+	t.Parallel()
 	truncators := map[string]func(t *testing.T, n *node, c *sftpSession){
 		"setstat": func(t *testing.T, n *node, c *sftpSession) {
 			if err := c.Truncate("/a.bin", 0); err != nil {
@@ -165,6 +166,7 @@ func TestDiskLimitTruncateUnderOpenHandle(t *testing.T) {
 // writes again. Their blocks stay on disk until the handles close, so they
 // stay on the server's account until then.
 func TestDiskLimitRemovedWhileOpen(t *testing.T) {
+	t.Parallel()
 	n, c, dir := limitedSFTPNode(t)
 	var files []*sftp.File
 	for i := range 5 {
@@ -251,6 +253,7 @@ func countEntries(dir string) int {
 // costs a block, so the extraction stops with the disk-limit error after
 // at most 256 of them, and what it made is removed.
 func TestDiskLimitDecompressManyEmptyFiles(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1, nil)
 	archive := manyEmptyFiles(t, 50_000)
 	if len(archive) > 512<<10 {

@@ -117,6 +117,7 @@ func readFile(t *testing.T, p string) string {
 }
 
 func TestFilesDecompressFormats(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	tree := makeTar(t, []tarEntry{
 		{name: "pkg/", typ: tar.TypeDir, mode: 0o750},
@@ -211,6 +212,7 @@ func TestFilesDecompressFormats(t *testing.T) {
 // Zip-slip, tar-slip, links out, hard links out, devices, FIFOs and
 // denylisted names: skipped, nothing written outside the root.
 func TestFilesDecompressAttacks(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	outside, check := attackSetup(t, n)
 	up := "../" + siblingServer
@@ -276,6 +278,7 @@ func TestFilesDecompressAttacks(t *testing.T) {
 // A zip bomb and a tar.gz bomb against a 1 MiB limit: refused, and nothing
 // of them is left.
 func TestFilesDecompressBombs(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1, nil)
 	zeros := strings.Repeat("\x00", 8<<20)
 	mustWrite(t, n.fpath("bomb.zip"), string(makeZip(t, map[string]string{"a/zero.bin": zeros})), 0o644)
@@ -294,6 +297,7 @@ func TestFilesDecompressBombs(t *testing.T) {
 var archiveName = regexp.MustCompile(`^archive-\d{4}-\d\d-\d\dT\d{6}(Z|[+-]\d{4})(-\d+)?\.tar\.gz$`)
 
 func TestFilesCompress(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	mustWrite(t, n.fpath("a.txt"), "alpha", 0o600)
 	mustWrite(t, n.fpath("d/x.txt"), "x", 0o644)
@@ -409,6 +413,7 @@ func tarList(t *testing.T, p string) string {
 // Compress against a 1 MiB limit: stopped when the archive would cross it
 // (and removed), refused with 409 when the server is already full.
 func TestFilesCompressDiskLimit(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1, nil)
 	rnd := make([]byte, 700<<10)
 	_, _ = rand.Read(rnd)

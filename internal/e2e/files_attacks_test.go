@@ -77,6 +77,7 @@ func attackSetup(t *testing.T, n *node) (outside string, check func()) {
 // a path: nothing outside the root is read, listed, created, changed or
 // deleted, and no answer is a 500.
 func TestFilesAttackMatrix(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	_, check := attackSetup(t, n)
 	up := "../" + siblingServer
@@ -145,6 +146,7 @@ func TestFilesAttackMatrix(t *testing.T) {
 // the search and compress walk it: the sibling's files never show up in an
 // answer or an archive.
 func TestFilesSymlinkSwappedDuringWalk(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	for i := range 200 {
 		mustWrite(t, n.fpath(fmt.Sprintf("flip/f%03d.txt", i)), "mine", 0o644)

@@ -119,6 +119,7 @@ func (n *node) waitCPUIdle(t *testing.T, what string) {
 // archive is removed. Control: before the hang-up it was compressing, and
 // it still was a second later (it does not end by itself).
 func TestFilesCompressEndsWhenTheClientGoes(t *testing.T) {
+	t.Parallel()
 	n := compressNode(t)
 	ctx, hangUp := context.WithCancel(context.Background())
 	defer hangUp()
@@ -146,6 +147,7 @@ func TestFilesCompressEndsWhenTheClientGoes(t *testing.T) {
 // compress of a 256 GiB sparse file runs ends the compress: the daemon goes
 // idle and nothing of the server is left on disk.
 func TestFilesCompressEndsWhenTheServerIsDeleted(t *testing.T) {
+	t.Parallel()
 	n := compressNode(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -175,6 +177,7 @@ func TestFilesCompressEndsWhenTheServerIsDeleted(t *testing.T) {
 // harness's stop fails on a non-zero exit or after 40 s), and the partial
 // archive is removed.
 func TestFilesCompressEndsWhenTheNodeStops(t *testing.T) {
+	t.Parallel()
 	n := compressNode(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

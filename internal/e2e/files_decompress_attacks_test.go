@@ -51,6 +51,7 @@ func rootEntries(t *testing.T, n *node) []string {
 // answers on every face. Before decompression ran in an isolated child,
 // this request killed the daemon.
 func TestDecompressSevenZipBombLeavesTheDaemonAlive(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	bomb, err := hex.DecodeString(bomb7z)
 	if err != nil || len(bomb) != 45 {
@@ -90,6 +91,7 @@ func TestDecompressSevenZipBombLeavesTheDaemonAlive(t *testing.T) {
 // extract through the child, with their bytes, modes and times, and the
 // server's disk usage counts what the child wrote.
 func TestDecompressThroughTheChildKeepsContentModesAndTimes(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	mtime := time.Date(2021, 2, 3, 4, 5, 6, 0, time.UTC)
 
@@ -179,6 +181,7 @@ func checkFile(t *testing.T, p string, want []byte, mode os.FileMode, mtime time
 // it extracts is owned by it, with no chown needed) and still reaches the
 // server's root, although it may not walk the data directory's path.
 func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("the daemon must be root to change the child's user")
 	}
@@ -228,6 +231,7 @@ func TestDecompressChildRunsAsTheServerUser(t *testing.T) {
 // Decompressions of one server run together: four at once, each of an
 // archive that alone fits the disk limit, together do not end past it.
 func TestDecompressTogetherStaysWithinTheDiskLimit(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 2, nil)
 	body := strings.Repeat("z", 700<<10)
 	for i := range 4 {
@@ -290,6 +294,7 @@ func childrenOf(pid int) []int {
 // A client that hangs up in the middle of a long decompression ends it:
 // the daemon kills its child and removes what the child had extracted.
 func TestDecompressEndsWhenTheClientHangsUp(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 0, nil)
 	var entries []tarEntry
 	zeros := strings.Repeat("\x00", 4<<20)

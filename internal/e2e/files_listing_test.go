@@ -209,6 +209,7 @@ func TestListingHugeDirectoryHoldsBoundedMemory(t *testing.T) {
 // before its first byte) stops it: the daemon goes idle having spent far
 // less CPU than the whole listing costs, then answers on every face.
 func TestListingStopsWhenTheClientLeaves(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1000, nil)
 	makeEmptyFiles(t, n.fpath("huge"), hugeDirEntries)
 
@@ -268,6 +269,7 @@ func TestListingStopsWhenTheClientLeaves(t *testing.T) {
 // read of the directory fails) must not end as a valid-looking shorter
 // array: the connection is cut, and the client sees a broken answer.
 func TestListingErrorMidAnswerBreaksTheAnswer(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1000, nil)
 	makeEmptyFiles(t, n.fpath("huge"), hugeDirEntries)
 

@@ -32,6 +32,7 @@ func errorText(body []byte) string {
 // answers every face after. Control: a 200-component path works on
 // create-directory and write.
 func TestFilesPathAttacks(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "alice", Password: sftpPass, Server: filesServer, User: sftpOwner, Permissions: []string{"*"}})
 	c := n.sftpOpen(t, sftpLogin("alice", filesServer), ssh.Password(sftpPass))
@@ -140,6 +141,7 @@ func TestFilesPathAttacks(t *testing.T) {
 // names users send; a tree 300 levels deep that the game made (here on the
 // host) is compressed whole, its deepest file and link included.
 func TestFilesCompressKeepsTreesDeeperThanTheLimit(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	bottom := deepPath(300, "")
 	dir := n.fpath(filepath.FromSlash(bottom))

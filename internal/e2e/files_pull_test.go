@@ -132,6 +132,7 @@ func (n *node) waitNoPulls() {
 }
 
 func TestFilesPull(t *testing.T) {
+	t.Parallel()
 	n := pullNode(t, 100, true, false)
 	o := newOrigin(t)
 
@@ -215,6 +216,7 @@ func assertNoPullTemp(t *testing.T, n *node) {
 }
 
 func TestFilesPullCancelLimitAndDisk(t *testing.T) {
+	t.Parallel()
 	n := pullNode(t, 1, true, false)
 	o := newOrigin(t)
 	var ids []string
@@ -251,6 +253,7 @@ func TestFilesPullCancelLimitAndDisk(t *testing.T) {
 }
 
 func TestFilesPullDisabled(t *testing.T) {
+	t.Parallel()
 	n := pullNode(t, 100, true, true)
 	for _, c := range [][2]string{{"GET", "pull"}, {"POST", "pull"}, {"DELETE", "pull/x"}} {
 		res, body := n.files(c[0], c[1], map[string]any{"url": "http://example.com/x", "root": "/"})
@@ -261,6 +264,7 @@ func TestFilesPullDisabled(t *testing.T) {
 // attacks.md N1-N3: internal addresses are refused at dial time, whether
 // literal, behind a name, or behind a redirect; nothing is written.
 func TestFilesPullSSRF(t *testing.T) {
+	t.Parallel()
 	n := pullNode(t, 100, false, false)
 	// A listener on every address, to see any connection that gets through.
 	ln, err := net.Listen("tcp", ":0")

@@ -106,6 +106,7 @@ type stat struct {
 }
 
 func TestFilesWriteContentsList(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	res, body := n.files("POST", "write?file="+q("/conf/server.properties"), "motd=hi\n")
 	wantStatus(t, "write", res, body, 204)
@@ -198,6 +199,7 @@ func TestFilesWriteContentsList(t *testing.T) {
 }
 
 func TestFilesReadErrors(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	mustWrite(t, n.fpath("dir/f.txt"), "x", 0o644)
 	mustWrite(t, n.fpath("a.secret"), "s", 0o644)
@@ -225,6 +227,7 @@ func TestFilesReadErrors(t *testing.T) {
 const uuidNotHere = "00000000-0000-4000-8000-000000000000"
 
 func TestFilesWriteErrors(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 1, nil)
 	mustWrite(t, n.fpath("dir/f.txt"), "x", 0o644)
 	// No Content-Length (a chunked body).
@@ -259,6 +262,7 @@ func TestFilesWriteErrors(t *testing.T) {
 }
 
 func TestFilesRenameCopyMkdirDeleteChmod(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	mustWrite(t, n.fpath("a.txt"), "A", 0o640)
 	mustWrite(t, n.fpath("b.txt"), "B", 0o644)
@@ -360,6 +364,7 @@ func TestFilesRenameCopyMkdirDeleteChmod(t *testing.T) {
 
 // Writes are refused with 409 on a suspended server; reads still work.
 func TestFilesSuspendedRefusesWrites(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, func(s *devpanel.Server) { s.Settings["suspended"] = true })
 	mustWrite(t, n.fpath("a.txt"), "A", 0o644)
 	res, body := n.files("GET", "contents?file=a.txt", nil)
@@ -385,6 +390,7 @@ func TestFilesSuspendedRefusesWrites(t *testing.T) {
 }
 
 func TestFilesSearch(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	mustWrite(t, n.fpath("plugins/Essentials.jar"), "PK\x03\x04", 0o644)
 	mustWrite(t, n.fpath("plugins/essentials/config.yml"), "a: 1", 0o644)

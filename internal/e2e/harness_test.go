@@ -43,8 +43,11 @@ func TestMain(m *testing.M) {
 	wharfBinary = filepath.Join(dir, "wharf")
 	// One binary for every test, built with the test tag: it runs on Docker
 	// (the production path) unless a test's configuration asks for the
-	// in-memory runtime (nodeOptions.fake).
+	// in-memory runtime (nodeOptions.fake). Without cgo, as the release is
+	// built: the packaging test builds the same way, so the two builds share
+	// their compiled packages in the build cache.
 	build := exec.Command("go", "build", "-tags", "wharf_testruntime", "-o", wharfBinary, "github.com/wharf/wharf/cmd/wharf")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building wharf:", err)
@@ -95,14 +98,30 @@ type nodeOptions struct {
 	fake bool
 }
 
+// handedOut holds the ports freePort returned: a port is free again once
+// its probe closes, so without it two parallel tests could get the same one.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 func freePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		handedOut.Lock()
+		taken := handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if !taken {
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // startNode writes a config, starts the fake panel and the daemon, and waits
@@ -139,34 +158,62 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 		opts.mutate(c)
 	}
 	cfgPath := filepath.Join(dir, "config.yml")
-	if err := c.Save(cfgPath); err != nil {
-		t.Fatal(err)
-	}
-
 	n := &node{
-		t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", c.API.Port), Token: token, Config: c,
-		CfgPath: cfgPath, Panel: panel, log: &syncBuffer{}, exited: make(chan struct{}),
+		t: t, Token: token, Config: c, CfgPath: cfgPath, Panel: panel, log: &syncBuffer{},
 	}
-	n.cmd = exec.Command(wharfBinary, "--config", cfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { n.exitErr = n.cmd.Wait(); close(n.exited) }()
 	t.Cleanup(n.stop)
-	n.waitReady()
+	// The ports were free when picked but are not held until the daemon
+	// binds them: a parallel test's connection can take one in between.
+	// Such a boot fails on bind and is retried on new ports.
+	for attempt := 1; ; attempt++ {
+		n.URL = fmt.Sprintf("http://127.0.0.1:%d", c.API.Port)
+		if err := c.Save(cfgPath); err != nil {
+			t.Fatal(err)
+		}
+		if n.boot() || attempt == 3 || !strings.Contains(n.log.String(), "address already in use") {
+			break
+		}
+		c.API.Port, c.System.SFTP.BindPort = freePort(t), freePort(t)
+		n.log = &syncBuffer{}
+	}
+	if n.bootFailed() {
+		t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
+	}
 	return n
 }
 
+// boot starts the daemon on CfgPath and waits until it answers or exits;
+// it reports whether it answers.
+func (n *node) boot() bool {
+	n.t.Helper()
+	n.exited = make(chan struct{})
+	n.exitErr = nil
+	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	cmd, exited := n.cmd, n.exited
+	go func() { n.exitErr = cmd.Wait(); close(exited) }()
+	n.waitReady()
+	return !n.bootFailed()
+}
+
+func (n *node) bootFailed() bool {
+	select {
+	case <-n.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitReady waits until the API answers or the daemon exits.
 func (n *node) waitReady() {
 	n.t.Helper()
-	exited := false
 	wait.For(n.t, 30*time.Second, func() bool {
-		select {
-		case <-n.exited:
-			exited = true
+		if n.bootFailed() {
 			return true
-		default:
 		}
 		res, err := http.Get(n.URL + "/api/system")
 		if err == nil {
@@ -174,12 +221,12 @@ func (n *node) waitReady() {
 		}
 		return err == nil
 	}, "wharf to answer\n%s", n.log)
-	if exited {
-		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
-	}
 }
 
 func (n *node) stop() {
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
 	select {
 	case <-n.exited:
 		return
@@ -252,14 +299,21 @@ func (n *node) kill9() {
 // restart starts the daemon again on the same configuration and data.
 func (n *node) restart() {
 	n.t.Helper()
-	n.exited = make(chan struct{})
-	n.exitErr = nil
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
+	if !n.boot() {
+		n.t.Fatalf("wharf exited during boot: %v\n%s", n.exitErr, n.log)
 	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
-	n.waitReady()
+}
+
+// dockerSlots bounds the Docker tests that run in parallel: each starts
+// containers on the one shared engine, next to the container-free tests.
+var dockerSlots = make(chan struct{}, 2)
+
+// parallelDocker marks a Docker test parallel. Only for a test whose
+// servers have fresh UUIDs (newGameServer), that asserts no timing and that
+// touches nothing of the engine but its own containers.
+func parallelDocker(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+	dockerSlots <- struct{}{}
+	t.Cleanup(func() { <-dockerSlots })
 }

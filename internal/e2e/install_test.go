@@ -33,6 +33,7 @@ func installStatus(t *testing.T, n *node, id string) (successful, reinstall bool
 // files it wrote, the status reported, the log written, nothing left in the
 // tmp directory and no installer container afterwards.
 func TestInstallSuccess(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	testimages.Busybox(context.Background(), t)
 	s.Settings["build"] = map[string]any{"memory_limit": 2048, "cpu_limit": 50}
@@ -119,6 +120,7 @@ func TestInstallSuccess(t *testing.T) {
 
 // A script that exits non-zero is reported as unsuccessful.
 func TestInstallFailureReported(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	testimages.Busybox(context.Background(), t)
 	s.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh", Script: "echo about to fail\nexit 3\n"}
@@ -140,6 +142,7 @@ func TestInstallFailureReported(t *testing.T) {
 
 // POST /api/servers creates the server, installs it and starts it.
 func TestCreateServerInstallsAndStarts(t *testing.T) {
+	parallelDocker(t)
 	testimages.RequireDocker(t)
 	testimages.Busybox(context.Background(), t)
 	n := startNode(t, nodeOptions{})

@@ -79,6 +79,7 @@ func (n *node) localBackupOf(id string) string {
 // While an install runs, no other job starts: restore, reinstall,
 // transfer and backup are refused with 409. Once it ends, a restore runs.
 func TestJobsRefusedDuringInstall(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	testimages.Busybox(context.Background(), t)
 	s.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh", Script: "sleep 6\n"}
@@ -126,6 +127,7 @@ func TestJobsRefusedDuringInstall(t *testing.T) {
 // While a restore runs (10 MiB/s, 30 MiB), a transfer, a backup, an install
 // and a second restore are refused; once it ends, a backup runs.
 func TestJobsRefusedDuringRestore(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{
 		servers: []devpanel.Server{s},

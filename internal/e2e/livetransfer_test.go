@@ -81,6 +81,7 @@ func changeWhileOnline(t *testing.T, dir string) {
 // While phase 1 streams, the server runs and its files change; the target
 // ends with the tree as it was when the server stopped.
 func TestLiveTransferKeepsServerOnline(t *testing.T) {
+	t.Parallel() // own server UUID and nodes; mostly a throttled wait
 	const id = "7b000001-0000-4000-8000-000000000001"
 	const scrapeToken = "e2e-live-scrape-token-0123456789"
 	metricsPort := freePort(t)
@@ -240,6 +241,9 @@ func TestLiveTransferFailures(t *testing.T) {
 		{"kill target in phase 2", "7b000018-0000-4000-8000-000000000018", 2, "kill-target"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each case has its own server and two nodes: most of its time
+			// is the throttled phase 1, spent waiting.
+			t.Parallel()
 			id := tc.id
 			// Uncompressed, so that the bytes in flight (in buffers) stay
 			// well below the tree.

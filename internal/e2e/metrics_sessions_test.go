@@ -18,6 +18,7 @@ import (
 // SFTP sessions and three websockets open (their HTTP requests long
 // returned), a scrape shows 2 and 3; once they are closed, 0 and 0.
 func TestMetricsSessionGaugesAreLive(t *testing.T) {
+	t.Parallel()
 	const tok = "e2e-scrape-token-0123456789"
 	port := freePort(t)
 	n := dosNode(t, func(c *config.Config) {

@@ -19,6 +19,7 @@ import (
 // By default there is no metrics endpoint at all: nothing listens for it,
 // and the API port has no /metrics for anyone.
 func TestMetricsOffByDefault(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true})
 	for _, auth := range []string{"-", ""} {
 		res, body := n.request("GET", "/metrics", nil, auth)
@@ -35,6 +36,7 @@ func TestMetricsOffByDefault(t *testing.T) {
 // labelled by route pattern, so requests for any number of servers and
 // unknown paths add a bounded number of series.
 func TestMetricsEndpoint(t *testing.T) {
+	parallelDocker(t)
 	const tok = "e2e-scrape-token-0123456789"
 	port := freePort(t)
 	s := newGameServer(t)

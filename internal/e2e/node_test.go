@@ -29,6 +29,7 @@ func exampleServer(uuid string) devpanel.Server {
 
 // Every bearer-protected endpoint of the spec refuses a missing, malformed or wrong token.
 func TestProtectedEndpointsRequireTheNodeToken(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	s := "/api/servers/" + knownServer
 	endpoints := []struct{ method, path string }{
@@ -65,6 +66,7 @@ func TestProtectedEndpointsRequireTheNodeToken(t *testing.T) {
 }
 
 func TestSystemInformation(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true})
 	res, body := n.request("GET", "/api/system", nil, "")
 	if res.StatusCode != 200 {
@@ -86,6 +88,7 @@ func TestSystemInformation(t *testing.T) {
 }
 
 func TestServersAreLoadedFromThePanelAtBoot(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	res, body := n.request("GET", "/api/servers/"+knownServer, nil, "")
 	if res.StatusCode != 200 {
@@ -121,6 +124,7 @@ func TestServersAreLoadedFromThePanelAtBoot(t *testing.T) {
 }
 
 func TestUpdateChangesFileAndBehaviour(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true})
 	body := map[string]any{
 		"uuid": n.Config.UUID, "token_id": n.Config.TokenID, "token": "rotated-token-1234567890",
@@ -167,6 +171,7 @@ func TestUpdateChangesFileAndBehaviour(t *testing.T) {
 }
 
 func TestUpdateIgnoredWhenTheNodeSaysSo(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) { c.IgnorePanelConfigUpdates = true }})
 	before, _ := os.ReadFile(n.CfgPath)
 	res, data := n.request("POST", "/api/update", map[string]any{"uuid": "u", "token_id": "t", "token": "other"}, "")
@@ -184,6 +189,7 @@ func TestUpdateIgnoredWhenTheNodeSaysSo(t *testing.T) {
 
 // attacks.md A5: nothing secret reaches the log.
 func TestLogNeverContainsSecrets(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true})
 	const jwtLike = "eyJhbGciOiJIUzI1NiJ9.eyJzZWNyZXQiOnRydWV9.c2lnbmF0dXJl"
 	n.request("GET", "/download/file?token="+jwtLike, nil, "-")

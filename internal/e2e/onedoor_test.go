@@ -189,6 +189,7 @@ func exclusiveOutcome(t *testing.T, job string, w slowWriter, res *http.Response
 // the write (or waits for it); the write completes, and the restored tree
 // is the backup's.
 func TestOneDoorRestoreDuringAWrite(t *testing.T) {
+	t.Parallel()
 	for _, w := range slowWriters {
 		t.Run(w.name, func(t *testing.T) {
 			n := signedNode(t, nil)
@@ -265,6 +266,7 @@ func TestOneDoorTransferDuringAWrite(t *testing.T) {
 // A restore is no suspension: an SFTP login during a restore succeeds, a
 // read works, and a write is refused until the restore ends.
 func TestOneDoorSFTPLoginDuringARestore(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, func(c *config.Config) {
 		c.System.Backups.WriteLimit = 5
 		c.System.Backups.CompressionLevel = "none"

@@ -113,6 +113,7 @@ func TestPelicanOOMKiller(t *testing.T) {
 // else the node's system.timezone (Pelican Wings server/server.go,
 // DetermineServerTimezone and GetEnvironmentVariables).
 func TestPelicanServerTimezone(t *testing.T) {
+	parallelDocker(t)
 	tokyo, bogus, none := newGameServer(t), newGameServer(t), newGameServer(t)
 	tokyo.Settings["environment"] = map[string]any{"SERVER_TIMEZONE": "Asia/Tokyo"}
 	bogus.Settings["environment"] = map[string]any{"SERVER_TIMEZONE": "../../../etc/passwd"}
@@ -208,6 +209,7 @@ func keys[V any](m map[string]V) []string {
 // server/server.go CreateMachineID there: the uuid without dashes); the
 // machine-id file goes with the server (router/router_server.go there).
 func TestPelicanMachineIDAndPasswd(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
 	n.startRunning(s)
@@ -274,6 +276,7 @@ func TestPelicanMachineIDAndPasswd(t *testing.T) {
 // (resources/views/filament/components/server-console.blade.php and
 // app/Filament/Server/Pages/Console.php in pelican-dev/panel).
 func TestPelicanFeatureMatch(t *testing.T) {
+	parallelDocker(t)
 	const eula = "you need to agree to the EULA in order to run the server"
 	s, empty := newGameServer(t), newGameServer(t)
 	s.Settings["egg"] = map[string]any{"id": "egg-1", "file_denylist": []string{}, "features": map[string]any{

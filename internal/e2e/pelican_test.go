@@ -326,6 +326,7 @@ func TestWSDenyByJTI(t *testing.T) {
 // Wings' config/config.go RemoteQuery.CustomHeaders) go with every call the
 // daemon makes to the panel, and never into its log.
 func TestCustomHeadersReachThePanel(t *testing.T) {
+	t.Parallel()
 	const secret = "cf-secret-5b1d9e0c7a"
 	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) {
 		c.RemoteQuery.CustomHeaders = map[string]string{"CF-Access-Client-Id": "node.access", "CF-Access-Client-Secret": secret}
@@ -390,6 +391,7 @@ func TestWSDenyPanelConsoleRecovers(t *testing.T) {
 // TestPelicanEndpointsRequireTheNodeToken: the new node endpoints refuse a
 // missing (401) or wrong (403) node token, and do nothing then.
 func TestPelicanEndpointsRequireTheNodeToken(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
 	s := "/api/servers/" + knownServer
 	for _, ep := range []struct{ method, path string }{

@@ -113,6 +113,7 @@ func TestPowerStartCommandStop(t *testing.T) {
 // runs once the server is offline and ends in running, as with Wings. A
 // queued start whose wait runs out says why on the console.
 func TestPowerQueuedStartSurvivesAKill(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	s.ProcessConfiguration["stop"] = map[string]any{"type": "command", "value": "ignored-stop"}
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})

@@ -23,6 +23,7 @@ import (
 // container is re-attached (never re-created or restarted), with console and
 // stats working.
 func TestRestartKill9Reattaches(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
 	n.power(s.UUID, "start")
@@ -63,6 +64,7 @@ func TestRestartKill9Reattaches(t *testing.T) {
 // A host reboot: the container stopped while the daemon was down, and the
 // saved state says running: the server is started again.
 func TestRestartAfterHostRebootStartsServer(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
 	n.power(s.UUID, "start")
@@ -106,6 +108,7 @@ func (n *node) assertFreeAfterRestart(id string) {
 // kill -9 of the daemon while an install runs: after the restart the
 // server is not installing and starts.
 func TestRestartKill9DuringInstall(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	testimages.Busybox(context.Background(), t)
 	s.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh", Script: "sleep 30\n"}
@@ -156,6 +159,7 @@ func TestRestartKill9DuringRestore(t *testing.T) {
 // kill -9 of the daemon while it sends a server (to a target that reads
 // slowly): after the restart the server is not transferring and starts.
 func TestRestartKill9DuringTransfer(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	received := make(chan struct{}, 1)
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

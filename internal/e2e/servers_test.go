@@ -18,6 +18,7 @@ import (
 
 // Stop by console command, by signal and by the engine's stop.
 func TestServersStopMethods(t *testing.T) {
+	parallelDocker(t)
 	byCommand, bySignal, byDocker := newGameServer(t), newGameServer(t), newGameServer(t)
 	bySignal.ProcessConfiguration["stop"] = map[string]any{"type": "signal", "value": "SIGINT"}
 	byDocker.ProcessConfiguration["stop"] = map[string]any{"type": "stop"}
@@ -41,6 +42,7 @@ func TestServersStopMethods(t *testing.T) {
 
 // Environment seen inside the container, and limits visible in docker inspect.
 func TestServersEnvironmentAndLimits(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	s.Settings["environment"] = map[string]any{"MAX_PLAYERS": 20, "PORT_FLOAT": 25565.0, "RATIO": 1.5, "motd": "hi there"}
 	s.Settings["allocations"] = map[string]any{
@@ -178,6 +180,7 @@ func TestServersConsole(t *testing.T) {
 // The lock refuses wait_seconds 0 while an action runs; kill wins over that
 // action; flags refuse power actions with a JSON error and kill bypasses them.
 func TestServersPowerLockFlagsAndKill(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	// This stop command is ignored by the game server: the stop holds the
 	// lock until the stop timeout (10 minutes) or a kill.
@@ -216,6 +219,7 @@ func TestServersPowerLockFlagsAndKill(t *testing.T) {
 
 // A suspension seen by a sync stops the server; start is then refused (400).
 func TestServersSuspendThroughSync(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
 	n.power(s.UUID, "start")
@@ -236,6 +240,7 @@ func TestServersSuspendThroughSync(t *testing.T) {
 
 // Delete leaves no container and no files; the server is gone from the API.
 func TestServersDelete(t *testing.T) {
+	parallelDocker(t)
 	s := newGameServer(t)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
 	n.power(s.UUID, "start")

@@ -14,6 +14,7 @@ import (
 // archive) that lead out of it: no SFTP operation reads, creates, changes
 // or removes anything outside through them (attacks.md F3-F6).
 func TestSFTPSymlinkEscapes(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, nil)
 	dir := n.serverDir(sftpSrvA)
 	outside := t.TempDir()
@@ -134,6 +135,7 @@ func (n *node) exitedEarly() bool {
 // is shorter than its length field, other channel requests and unknown
 // channel types are refused; the daemon keeps serving.
 func TestSFTPMalformedRequests(t *testing.T) {
+	t.Parallel()
 	n, _ := ownerNode(t, nil)
 	c, err := n.sshDial(sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
 	if err != nil {
@@ -187,6 +189,7 @@ func TestSFTPMalformedRequests(t *testing.T) {
 // Failed logins from one address are limited: after the burst the panel
 // is not asked any more, and even the right password is refused.
 func TestSFTPFailedLoginsRateLimited(t *testing.T) {
+	t.Parallel()
 	n, _ := ownerNode(t, nil)
 	before := len(n.Panel.CallsTo("POST", "/sftp/auth"))
 	const burst = 10

@@ -20,6 +20,7 @@ import (
 // The sftp events are recorded, merged per (user, server, ip, event,
 // minute) and sent to the panel with the other activity.
 func TestSFTPActivityMergedAndSent(t *testing.T) {
+	t.Parallel()
 	// Records are taken while delivery is off, then delivered after a
 	// restart in one batch: the merge does not depend on timing.
 	// The merge window (a minute) is widened to a century, so that the
@@ -103,6 +104,7 @@ func TestSFTPActivityMergedAndSent(t *testing.T) {
 
 // OpenSSH's own sftp client, in batch mode with a key, against the daemon.
 func TestSFTPOpenSSHClient(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("sftp"); err != nil {
 		t.Fatal("OpenSSH's sftp client is needed (Debian openssh-client)")
 	}

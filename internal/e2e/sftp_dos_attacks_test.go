@@ -53,6 +53,7 @@ func promptly(op func() error) (err error, ok bool) {
 // once, opens and truncation with a failure. The file manager's write and
 // contents answer too, and the node answers on every face afterwards.
 func TestSFTPFIFOsNeverBlock(t *testing.T) {
+	t.Parallel()
 	n := dosNode(t, nil)
 	dir := n.serverDir(sftpSrvA)
 	for _, name := range []string{"lonely.fifo", "read.fifo"} {
@@ -156,6 +157,7 @@ func TestSFTPFIFOsNeverBlock(t *testing.T) {
 // answering meanwhile. One connection cannot open more than max_sessions
 // SFTP channels either.
 func TestSFTPHandleCapPerSession(t *testing.T) {
+	t.Parallel()
 	n := dosNode(t, nil)
 	writeFiles(t, n.serverDir(sftpSrvA), map[string]string{"f.txt": "data"})
 	c := n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
@@ -312,6 +314,7 @@ func settled(t *testing.T, conns []*floodConn) (held, refused int) {
 // connects from 127.0.0.1, a source of its own), the daemon's descriptors
 // stay bounded, and the held ones are closed after the login grace time.
 func TestSFTPUnauthenticatedFlood(t *testing.T) {
+	t.Parallel()
 	const grace = 10 // seconds
 	n := dosNode(t, func(c *config.Config) { c.System.SFTP.LoginGraceTime = grace })
 	c := n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
@@ -373,6 +376,7 @@ func TestSFTPUnauthenticatedFlood(t *testing.T) {
 // multiply max_handles by connections; other servers are not affected,
 // and a closed connection frees its place.
 func TestSFTPConnectionsPerServerCapped(t *testing.T) {
+	t.Parallel()
 	n := dosNode(t, func(c *config.Config) { c.System.SFTP.MaxConnectionsPerServer = 3 })
 	var open []*sftpSession
 	for range 3 {

@@ -28,6 +28,7 @@ func ownerNode(t *testing.T, mutate func(c *config.Config), servers ...devpanel.
 // Upload, download, rename, remove, mkdir, rmdir and setstat, each
 // checked on disk.
 func TestSFTPFileRoundTrips(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, nil)
 	dir := n.serverDir(sftpSrvA)
 
@@ -174,6 +175,7 @@ func TestSFTPFileRoundTrips(t *testing.T) {
 // Every permission allows exactly its operations; without it they are
 // SSH_FX_PERMISSION_DENIED.
 func TestSFTPPermissions(t *testing.T) {
+	t.Parallel()
 	n := startSFTPNode(t, nil, sftpServerDef(sftpSrvA, 0, nil))
 	dir := n.serverDir(sftpSrvA)
 	perms := []string{"file.read", "file.read-content", "file.create", "file.update", "file.delete"}
@@ -243,6 +245,7 @@ func TestSFTPPermissions(t *testing.T) {
 
 // read_only refuses every change and still serves reads.
 func TestSFTPReadOnly(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, func(c *config.Config) { c.System.SFTP.ReadOnly = true })
 	dir := n.serverDir(sftpSrvA)
 	writeFiles(t, dir, map[string]string{"f.txt": "content", "d/in.txt": "x"})
@@ -266,6 +269,7 @@ func TestSFTPReadOnly(t *testing.T) {
 // The egg's denylist: denied names cannot be read, written, renamed either
 // way, removed or chmodded; a directory holding one is not removed.
 func TestSFTPDenylist(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, nil, sftpServerDef(sftpSrvA, 0, []string{"secret.key", "locked/"}))
 	dir := n.serverDir(sftpSrvA)
 	writeFiles(t, dir, map[string]string{"secret.key": "s", "sub/secret.key": "s2", "locked/x": "l", "ok.txt": "ok"})
@@ -304,6 +308,7 @@ func TestSFTPDenylist(t *testing.T) {
 // The disk limit holds while an upload runs: the write that would cross
 // it fails with SSH_FX_QUOTA_EXCEEDED and nothing beyond the limit is on disk.
 func TestSFTPQuotaExceededMidUpload(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, nil, sftpServerDef(sftpSrvA, 1, nil))
 	dir := n.serverDir(sftpSrvA)
 	data := make([]byte, 3<<20)
@@ -332,6 +337,7 @@ func TestSFTPQuotaExceededMidUpload(t *testing.T) {
 
 // A large directory is listed whole, a page at a time.
 func TestSFTPLargeDirectoryListing(t *testing.T) {
+	t.Parallel()
 	n, c := ownerNode(t, nil)
 	dir := filepath.Join(n.serverDir(sftpSrvA), "many")
 	os.MkdirAll(dir, 0o755)

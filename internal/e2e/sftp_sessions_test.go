@@ -35,6 +35,7 @@ func stillOpen(t *testing.T, s *sftpSession, what string) {
 // Deauthorizing a user closes that user's sessions on the named servers
 // (or all), at once; other users stay; the daemon's shutdown closes the rest.
 func TestSFTPDeauthorizeClosesSessions(t *testing.T) {
+	t.Parallel()
 	n := twoUsersNode(t, nil)
 	aliceA := n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
 	aliceB := n.sftpOpen(t, sftpLogin("alice", sftpSrvB), ssh.Password(sftpPass))
@@ -68,6 +69,7 @@ func TestSFTPDeauthorizeClosesSessions(t *testing.T) {
 // A suspension seen by a sync closes every session of the server at once,
 // and new logins are refused; deleting a server closes its sessions.
 func TestSFTPSuspendAndDeleteCloseSessions(t *testing.T) {
+	t.Parallel()
 	n := twoUsersNode(t, nil)
 	aliceA := n.sftpOpen(t, sftpLogin("alice", sftpSrvA), ssh.Password(sftpPass))
 	bobA := n.sftpOpen(t, sftpLogin("bob", sftpSrvA), ssh.Password(sftpOther2))
@@ -96,6 +98,7 @@ func TestSFTPSuspendAndDeleteCloseSessions(t *testing.T) {
 // No user write reaches the files while a restore rewrites them (an
 // exclusive job holds the server); listing goes on; writes work again after.
 func TestSFTPWritesRefusedDuringRestore(t *testing.T) {
+	t.Parallel()
 	n := startSFTPNode(t, func(c *config.Config) { c.System.Backups.WriteLimit = 2 }, sftpServerDef(backupServer, 0, nil))
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "alice", Password: sftpPass, Server: backupServer, User: sftpOwner, Permissions: []string{"*"}})
 	dir := n.serverDir(backupServer)

@@ -25,6 +25,7 @@ import (
 // the one Wings sends; the host key is ED25519 PKCS#8 0600 and survives a
 // restart.
 func TestSFTPLogin(t *testing.T) {
+	t.Parallel()
 	key, _ := newSSHKey(t)
 	n := startSFTPNode(t, nil, sftpServerDef(sftpSrvA, 0, nil))
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "alice", Password: sftpPass, Keys: []string{authorizedKey(key)},
@@ -144,6 +145,7 @@ func hostKeyOf(t *testing.T, n *node) string {
 
 // A host key written by Wings (same path, PKCS#8 PEM) is used as it is.
 func TestSFTPKeepsAWingsHostKey(t *testing.T) {
+	t.Parallel()
 	signer, priv := newSSHKey(t)
 	der, err := x509.MarshalPKCS8PrivateKey(priv)
 	if err != nil {
@@ -169,6 +171,7 @@ func TestSFTPKeepsAWingsHostKey(t *testing.T) {
 
 // key_only refuses passwords without asking the panel; keys still work.
 func TestSFTPKeyOnly(t *testing.T) {
+	t.Parallel()
 	key, _ := newSSHKey(t)
 	n := startSFTPNode(t, func(c *config.Config) { c.System.SFTP.KeyOnly = true }, sftpServerDef(sftpSrvA, 0, nil))
 	n.Panel.SetSFTPUsers(devpanel.SFTPUser{Username: "alice", Password: sftpPass, Keys: []string{authorizedKey(key)},
@@ -186,6 +189,7 @@ func TestSFTPKeyOnly(t *testing.T) {
 // At most 6 authentication attempts per connection, and no legacy
 // algorithm is offered.
 func TestSFTPAuthAttemptsAndAlgorithms(t *testing.T) {
+	t.Parallel()
 	n := startSFTPNode(t, nil, sftpServerDef(sftpSrvA, 0, nil))
 	var keys []ssh.Signer
 	for range 8 {

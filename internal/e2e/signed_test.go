@@ -73,6 +73,7 @@ func assertJSONError(t *testing.T, res *http.Response, body []byte, want int) {
 }
 
 func TestDownloadFile(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	tok := n.signURL(downloadClaims("/hello.txt"))
 	res, body := n.get("/download/file?token=" + tok)
@@ -104,6 +105,7 @@ func TestDownloadFile(t *testing.T) {
 }
 
 func TestDownloadFileRefusals(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	if err := os.Mkdir(filepath.Join(n.dataDir(signedServer), "dir"), 0o755); err != nil {
 		t.Fatal(err)
@@ -145,6 +147,7 @@ func TestDownloadFileRefusals(t *testing.T) {
 }
 
 func TestDownloadFileConcurrentUseOnlyOnce(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	tok := n.signURL(downloadClaims("hello.txt"))
 	var wg sync.WaitGroup
@@ -172,6 +175,7 @@ func TestDownloadFileConcurrentUseOnlyOnce(t *testing.T) {
 
 // attacks.md A9: a file name cannot inject a header.
 func TestDownloadFileNameHeaderInjection(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	name := "a\";b\r\nX-Injected: y.txt"
 	if err := os.WriteFile(filepath.Join(n.dataDir(signedServer), name), []byte("x"), 0o644); err != nil {
@@ -192,6 +196,7 @@ func TestDownloadFileNameHeaderInjection(t *testing.T) {
 // The one-time id is durable: a daemon killed with SIGKILL right after the use
 // refuses the same token after it restarts.
 func TestOneTimeIDSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	tok := n.signURL(downloadClaims("hello.txt"))
 	if res, _ := n.get("/download/file?token=" + tok); res.StatusCode != 200 {
@@ -229,6 +234,7 @@ func uploadClaims() map[string]any {
 }
 
 func TestUpload(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, func(c *config.Config) { c.API.UploadLimit = 1; c.System.ActivitySendInterval = 1 })
 	dir := n.dataDir(signedServer)
 
@@ -273,6 +279,7 @@ func TestUpload(t *testing.T) {
 // An upload to a suspended server is refused with 409 and writes nothing,
 // as every other user change to its files is.
 func TestUploadRefusedWhileSuspended(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	n.Panel.UpdateSettings(signedServer, "suspended", true)
 	res, body := n.request("POST", "/api/servers/"+signedServer+"/sync", nil, "")
@@ -289,6 +296,7 @@ func TestUploadRefusedWhileSuspended(t *testing.T) {
 // attacks.md F3: uploading through a symlinked directory that points outside
 // creates nothing outside.
 func TestUploadThroughSymlinkOutside(t *testing.T) {
+	t.Parallel()
 	n := signedNode(t, nil)
 	outside := t.TempDir()
 	if err := os.Symlink(outside, filepath.Join(n.dataDir(signedServer), "escape")); err != nil {
@@ -319,6 +327,7 @@ func b64url(s string) string {
 }
 
 func TestDownloadBackup(t *testing.T) {
+	t.Parallel()
 	other := uuid.NewString()
 	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{gameServer(backupServer), exampleServer(other)}})
 	writeFiles(t, n.serverDir(backupServer), map[string]string{"world/level.dat": "level"})

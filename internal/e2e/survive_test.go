@@ -76,6 +76,7 @@ func (n *node) assertAnswersEveryFace(t *testing.T, server string) {
 // The survival check passes on a node nobody attacked (each attack test
 // also has its own control that shows the attack ran).
 func TestSurvivalCheckOnAHealthyNode(t *testing.T) {
+	t.Parallel()
 	n := filesNode(t, 100, nil)
 	n.assertAnswersEveryFace(t, filesServer)
 }

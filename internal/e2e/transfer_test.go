@@ -385,6 +385,7 @@ func TestTransferRefusesOtherTokens(t *testing.T) {
 // the server is usable there again; the restarted target removes what it
 // had received.
 func TestTransferTargetKilled(t *testing.T) {
+	t.Parallel() // own server UUID and nodes; mostly a throttled wait
 	const id = "7a000008-0000-4000-8000-000000000008"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)
@@ -414,6 +415,7 @@ func TestTransferTargetKilled(t *testing.T) {
 // tells the panel that the transfer it was running failed, and can send
 // the server again.
 func TestTransferSourceKilled(t *testing.T) {
+	t.Parallel() // own server UUID and nodes; mostly a throttled wait
 	const id = "7a000009-0000-4000-8000-000000000009"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)

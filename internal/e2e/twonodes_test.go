@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -80,17 +78,10 @@ func startClusterNode(t *testing.T, name, panelURL string, a *assignment, mutate
 	c, cfgPath := clusterConfig(t, name, panelView(t, panelURL, name, a).URL, mutate)
 	n := &node{
 		t: t, URL: "http://127.0.0.1:" + strconv.Itoa(c.API.Port), Token: clusterToken, Config: c,
-		CfgPath: cfgPath, log: &syncBuffer{}, exited: make(chan struct{}),
+		CfgPath: cfgPath, log: &syncBuffer{},
 	}
-	n.cmd = exec.Command(wharfBinary, "--config", cfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	cmd, exited := n.cmd, n.exited
-	go func() { n.exitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(n.stop)
-	n.waitReady()
+	n.restart()
 	return n
 }
 
@@ -106,14 +97,12 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	c.TokenID, c.Token = clusterTokenID, clusterToken
 	c.Remote = remote
 	c.API.Host = "127.0.0.1"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.API.Port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	c.API.Port = freePort(tb)
 	c.PlaceUnder(dir)
 	c.System.Username = "root"
+	// Each node's SFTP listener on its own port, not both on 2022.
+	c.System.SFTP.BindAddress = "127.0.0.1"
+	c.System.SFTP.BindPort = freePort(tb)
 	// The two-node tests exercise the classic transfer (the one Wings
 	// speaks) unless they switch live transfers on.
 	c.System.Transfers.Live = false

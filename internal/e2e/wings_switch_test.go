@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -180,16 +179,10 @@ func TestSwitchFromWings(t *testing.T) {
 	}
 	n := &node{
 		t: t, URL: fmt.Sprintf("http://127.0.0.1:%d", port), Token: token, Config: c,
-		CfgPath: w.cfgPath, Panel: panel, log: &syncBuffer{}, exited: make(chan struct{}),
+		CfgPath: w.cfgPath, Panel: panel, log: &syncBuffer{},
 	}
-	n.cmd = exec.Command(wharfBinary, "--config", w.cfgPath)
-	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { n.exitErr = n.cmd.Wait(); close(n.exited) }()
 	t.Cleanup(n.stop)
-	n.waitReady()
+	n.restart()
 
 	// Same container, not restarted, running.
 	n.waitState(s, "running", 30*time.Second)
