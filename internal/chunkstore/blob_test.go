@@ -35,3 +35,18 @@ func TestEncodeBlobSamples(t *testing.T) {
 		}
 	}
 }
+
+// addRaw stores the same pack bytes as add of the raw blob encodeBlob
+// makes of an incompressible chunk.
+func TestPackAddRaw(t *testing.T) {
+	plain := make([]byte, 200<<10)
+	_, _ = rand.Read(plain)
+	var a, b packer
+	ea := a.add(blobID{1}, encodeBlob(plain), len(plain))
+	eb := b.addRaw(blobID{1}, plain)
+	pa, _ := a.finish()
+	pb, _ := b.finish()
+	if ea != eb || !bytes.Equal(pa, pb) {
+		t.Fatalf("addRaw: entry %+v, want %+v; same pack bytes: %v", eb, ea, bytes.Equal(pa, pb))
+	}
+}
