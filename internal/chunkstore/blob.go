@@ -23,8 +23,32 @@ func encodeBlob(plain []byte) []byte {
 // blobBound is the largest blob of n plain bytes.
 func blobBound(n int) int { return 1 + s2.MaxEncodedLen(n) }
 
+// probeLen is the size of each of the three samples that decide whether
+// a large chunk is worth compressing.
+const probeLen = 4 << 10
+
+// incompressible says whether samples of plain's start, middle and end
+// save less than 1/32 under S2: then the whole chunk would (jars, packed
+// worlds), and encoding it would cost as much as hashing it, for nothing.
+func incompressible(plain []byte) bool {
+	if len(plain) < 16*probeLen {
+		return false
+	}
+	var z [2 * probeLen]byte // more than s2.MaxEncodedLen(probeLen)
+	in, out := 0, 0
+	for _, at := range []int{0, len(plain)/2 - probeLen/2, len(plain) - probeLen} {
+		in += probeLen
+		out += len(s2.Encode(z[:], plain[at:at+probeLen]))
+	}
+	return out >= in-in/32
+}
+
 // encodeBlobTo encodes plain into out (blobBound long).
 func encodeBlobTo(out, plain []byte) []byte {
+	if incompressible(plain) {
+		out[0] = blobRaw
+		return append(out[:1], plain...)
+	}
 	z := s2.Encode(out[1:], plain)
 	// Keep the compressed form only when it saves at least 1/32.
 	if len(z) < len(plain)-len(plain)/32 {

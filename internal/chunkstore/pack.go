@@ -94,6 +94,17 @@ func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
 	return e
 }
 
+// addRaw adds plain as a raw blob (its kind byte, then its bytes).
+func (p *packer) addRaw(h blobID, plain []byte) packEntry {
+	if p.buf == nil {
+		p.buf = make([]byte, 0, packTarget+1+maxChunk+packTrailerLen)
+	}
+	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(1 + len(plain)), Plain: uint32(len(plain))}
+	p.buf = append(append(p.buf, blobRaw), plain...)
+	p.entries = append(p.entries, e)
+	return e
+}
+
 func (p *packer) full() bool  { return len(p.buf) >= packTarget }
 func (p *packer) empty() bool { return len(p.entries) == 0 }
 

@@ -91,6 +91,7 @@ type pending struct {
 	done  chan struct{}
 	h     blobID
 	blob  []byte // nil when the repository has it; returned by the appender
+	raw   bool   // blob is the plain chunk, to be stored raw
 	known bool
 }
 
@@ -131,10 +132,18 @@ func (w *Writer) work() {
 	for p := range w.jobs {
 		p.h = sha256.Sum256(p.data)
 		// An indexed blob is pinned and not compressed again.
-		if p.known = w.s.pinIfIndexed(p.h, w.pinned); !p.known {
+		// An incompressible chunk goes to the pack as it is (no copy into
+		// a blob first): the appender writes its kind byte and returns it.
+		p.known = w.s.pinIfIndexed(p.h, w.pinned)
+		switch {
+		case !p.known && incompressible(p.data):
+			p.blob, p.raw = p.data, true
+		case !p.known:
 			p.blob = encodeBlobTo(w.s.bufs.get(blobBound(len(p.data))), p.data)
+			fallthrough
+		default:
+			w.s.bufs.put(p.data)
 		}
-		w.s.bufs.put(p.data)
 		p.data = nil
 		close(p.done)
 	}
@@ -172,7 +181,11 @@ func (w *Writer) appendLoop() {
 		w.s.pinLocked(p.h, w.pinned)
 		w.s.mu.Unlock()
 		w.mine[p.h] = struct{}{}
-		w.pack.add(p.h, p.blob, p.n)
+		if p.raw {
+			w.pack.addRaw(p.h, p.blob)
+		} else {
+			w.pack.add(p.h, p.blob, p.n)
+		}
 		w.s.bufs.put(p.blob)
 		if w.pack.full() {
 			w.flushPack()
