@@ -216,6 +216,11 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	str("system.backups.layout", &ns.Backups.Layout, cs.Backups.Layout)
 	str("system.backups.format", &ns.Backups.Format, cs.Backups.Format)
 	str("system.backups.repository.path", &ns.Backups.Repository.Path, cs.Backups.Repository.Path)
+	// The bucket and its credentials: the panels never send them.
+	if ns.Backups.Repository.S3 != cs.Backups.Repository.S3 {
+		kept = append(kept, "system.backups.repository.s3")
+	}
+	ns.Backups.Repository.S3 = cs.Backups.Repository.S3
 	if !jsonEqual(next.Docker, current.Docker) {
 		kept = append(kept, "docker")
 	}

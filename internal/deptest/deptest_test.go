@@ -70,6 +70,17 @@ var rules = []rule{
 		why:  "the backup repository stores streams; what a server or a backup is lives in internal/backup",
 	},
 	{
+		from:   []string{"internal/chunkstore/s3backend"},
+		only:   []string{"internal/chunkstore", "internal/config"},
+		direct: true,
+		why:    "a Backend stores objects: it knows its configuration keys and nothing of servers or backups",
+	},
+	{
+		from: []string{"internal/chunkstore/backendtest"},
+		only: []string{"internal/chunkstore", "internal/atomicfile"},
+		why:  "the conformance suite tests any Backend through the interface alone",
+	},
+	{
 		from: []string{"internal/metrics"},
 		only: []string{},
 		why:  "metrics are a leaf every package may feed",

@@ -161,7 +161,8 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 		fmt.Fprintf(b, "(not valid YAML: %v)\n", err)
 		return nil, nil
 	}
-	secrets := []string{c.Token, c.TokenID, c.API.SSL.Key, c.API.SSL.Cert, c.Metrics.Token}
+	s3 := c.System.Backups.Repository.S3
+	secrets := []string{c.Token, c.TokenID, c.API.SSL.Key, c.API.SSL.Cert, c.Metrics.Token, s3.AccessKeyID, s3.SecretAccessKey}
 	shown := c.Clone()
 	redact := func(s *string) {
 		if *s != "" {
@@ -173,6 +174,8 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 	redact(&shown.API.SSL.Cert)
 	redact(&shown.API.SSL.Key)
 	redact(&shown.Metrics.Token)
+	redact(&shown.System.Backups.Repository.S3.AccessKeyID)
+	redact(&shown.System.Backups.Repository.S3.SecretAccessKey)
 	for name, v := range c.RemoteQuery.CustomHeaders {
 		secrets = append(secrets, v)
 		shown.RemoteQuery.CustomHeaders[name] = Redacted
@@ -239,6 +242,14 @@ func panelCheck(ctx context.Context, b *strings.Builder, c *config.Config) {
 func backupFormat(b *strings.Builder, c *config.Config) {
 	fmt.Fprintf(b, "system.backups.format: %s\n", c.BackupFormat())
 	if c.BackupFormat() == config.BackupFormatRepository {
+		if s3 := c.System.Backups.Repository.S3; s3.Enabled() {
+			endpoint := s3.Endpoint
+			if endpoint == "" {
+				endpoint = "AWS S3, " + s3.EffectiveRegion()
+			}
+			fmt.Fprintf(b, "repository: s3://%s/%s (%s)\n", s3.Bucket, s3.Prefix, endpoint)
+			return
+		}
 		fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
 	}
 }

@@ -25,6 +25,8 @@ func TestReportHasNoSecret(t *testing.T) {
 		keyPath    = "/etc/letsencrypt/live/node1.example.com/privkey.pem"
 		metricsTok = "scrape-token-0123456789abcdef"
 		cfSecret   = "cf-access-secret-77f0e1d2"
+		s3KeyID    = "AKIAWHARFEXAMPLE42"
+		s3Secret   = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 	)
 	p := devpanel.New(tokenID, token)
 	panelSrv := httptest.NewServer(p.Handler())
@@ -38,6 +40,10 @@ func TestReportHasNoSecret(t *testing.T) {
 	c.Docker.Registries = map[string]config.RegistryAuth{"ghcr.io": {Username: "bot", Password: regPass}}
 	c.Metrics = config.Metrics{BindAddress: "127.0.0.1:9101", Token: metricsTok}
 	c.RemoteQuery.CustomHeaders = map[string]string{"CF-Access-Client-Secret": cfSecret}
+	c.System.Backups.Format = config.BackupFormatRepository
+	c.System.Backups.Repository.S3 = config.BackupRepositoryS3{
+		Endpoint: "https://s3.example.com", Bucket: "wharf-pool", Prefix: "repo/", AccessKeyID: s3KeyID, SecretAccessKey: s3Secret,
+	}
 	c.PlaceUnder(dir)
 	for _, d := range []string{c.System.RootDirectory, c.System.Data, c.System.BackupDirectory} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -53,14 +59,14 @@ func TestReportHasNoSecret(t *testing.T) {
 	err := Write(context.Background(), &out, Options{
 		ConfigPath: path, Version: "1.2.3", Commit: "abc1234", LogLines: 2,
 		Logs: func(_ context.Context, n int) ([]string, error) {
-			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass + " cf=" + cfSecret}[:n], nil
+			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass + " cf=" + cfSecret + " s3=" + s3Secret}[:n], nil
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := out.String()
-	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok, cfSecret} {
+	for _, secret := range []string{tokenID, token, regPass, certPath, keyPath, "privkey", "fullchain", metricsTok, cfSecret, s3KeyID, s3Secret} {
 		if strings.Contains(report, secret) {
 			t.Fatalf("the report prints %q:\n%s", secret, report)
 		}
@@ -69,6 +75,8 @@ func TestReportHasNoSecret(t *testing.T) {
 		"1.2.3 (commit abc1234)", "go1.", "kernel:", "storage driver:", "cgroup:",
 		"token: " + Redacted, "token_id: " + Redacted, "CF-Access-Client-Secret: " + Redacted, "password: " + Redacted, "username: bot",
 		"accepts the node credentials: 200", "data", "free of", "level=INFO msg=boot", "token=" + Redacted,
+		"secret_access_key: " + Redacted, "access_key_id: " + Redacted, "s3=" + Redacted,
+		"repository: s3://wharf-pool/repo/ (https://s3.example.com)",
 	} {
 		if !strings.Contains(report, want) {
 			t.Fatalf("the report lacks %q:\n%s", want, report)

@@ -31,6 +31,8 @@ type Store struct {
 	Bucket  string
 	Client  *s3.Client
 	presign *s3.PresignClient
+	// Access and Secret are the random credentials it accepts.
+	Access, Secret string
 }
 
 // Binary finds versitygw on PATH or in GOPATH/bin.
@@ -73,7 +75,7 @@ func Start(t testing.TB) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	s := &Store{URL: "http://" + addr, Bucket: "backups"}
+	s := &Store{URL: "http://" + addr, Bucket: "backups", Access: access, Secret: secret}
 	s.Client = s3.New(s3.Options{
 		Region:       "us-east-1",
 		Credentials:  credentials.NewStaticCredentialsProvider(access, secret, ""),
