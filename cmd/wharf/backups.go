@@ -11,6 +11,7 @@ import (
 	"github.com/klauspost/pgzip"
 
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/ids"
@@ -57,7 +58,12 @@ func runBackupsExport(args []string) error {
 	if err := os.MkdirAll(*to, 0o700); err != nil {
 		return err
 	}
-	st, _ := chunkstore.OpenExisting(cfg.BackupRepositoryPath())
+	// No repository on a node that never used one is fine (archives only);
+	// a bucket that does not answer is not.
+	st, err := backup.OpenRepositoryReadOnly(cfg)
+	if err != nil && cfg.System.Backups.Repository.S3.Enabled() {
+		return err
+	}
 	for _, id := range fs.Args() {
 		if !ids.IsUUID(id) {
 			return fmt.Errorf("%q is not a backup UUID", id)
@@ -121,7 +127,7 @@ func runBackupsVerify(args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := chunkstore.OpenExisting(cfg.BackupRepositoryPath())
+	st, err := backup.OpenRepositoryReadOnly(cfg)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,8 @@ type Service struct {
 
 	repoMu sync.Mutex
 	repo   *chunkstore.Store // system.backups.format: repository (repository.go)
+	// repoKey names the repository repo is (repositoryKey).
+	repoKey string
 	// repoFilesRead, in tests, is told the files a repository backup read.
 	repoFilesRead func([]string)
 	gcRunning     bool

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"strings"
 	"syscall"
 
@@ -26,17 +25,17 @@ import (
 
 // repository returns the open repository of the configuration.
 func (s *Service) repository(cfg *config.Config) (*chunkstore.Store, error) {
-	p := cfg.BackupRepositoryPath()
+	key := repositoryKey(cfg)
 	s.repoMu.Lock()
 	defer s.repoMu.Unlock()
-	if s.repo != nil && s.repo.Dir() == p {
+	if s.repo != nil && s.repoKey == key {
 		return s.repo, nil
 	}
-	st, err := chunkstore.Open(p)
+	st, err := openRepository(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening the backup repository: %w", err)
 	}
-	s.repo = st
+	s.repo, s.repoKey = st, key
 	return st, nil
 }
 
@@ -44,7 +43,7 @@ func (s *Service) repository(cfg *config.Config) (*chunkstore.Store, error) {
 // made under the repository format stay readable after a switch back to
 // archive), else nil.
 func (s *Service) existingRepository(cfg *config.Config) *chunkstore.Store {
-	if _, err := os.Stat(cfg.BackupRepositoryPath()); err != nil {
+	if !repositoryMayExist(cfg) {
 		return nil
 	}
 	st, err := s.repository(cfg)

@@ -91,18 +91,18 @@ func (b *LocalBackend) Get(ctx context.Context, name string, off, length int64) 
 	}
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, err
+		return nil, missingIfNotDir(err)
 	}
 	defer f.Close()
-	if length < 0 {
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		length = max(0, fi.Size()-off)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
 	}
-	if off < 0 {
-		return nil, fmt.Errorf("object %s: negative offset %d", name, off)
+	if off < 0 || off > fi.Size() {
+		return nil, fmt.Errorf("object %s: offset %d outside its %d bytes", name, off, fi.Size())
+	}
+	if length < 0 {
+		length = fi.Size() - off
 	}
 	buf := make([]byte, length)
 	n, err := f.ReadAt(buf, off)

@@ -120,9 +120,20 @@ func OpenExisting(dir string) (*Store, error) {
 	if _, err := os.Stat(filepath.Join(dir, "chunks")); err == nil {
 		return nil, fmt.Errorf("%s: %w", dir, ErrOldLayout)
 	}
-	s := newStore(&LocalBackend{dir: dir})
-	s.dir, s.readOnly = dir, true
-	ctx := context.Background()
+	s, err := OpenExistingBackend(context.Background(), &LocalBackend{dir: dir})
+	if err != nil {
+		return nil, err
+	}
+	s.dir = dir
+	return s, nil
+}
+
+// OpenExistingBackend opens the repository stored in b for reading
+// (export, verify) while a daemon may be writing to it: it changes nothing
+// in b and never creates a repository.
+func OpenExistingBackend(ctx context.Context, b Backend) (*Store, error) {
+	s := newStore(b)
+	s.readOnly = true
 	if err := s.checkLayout(ctx, false); err != nil {
 		return nil, err
 	}
