@@ -33,7 +33,6 @@ import (
 	"io/fs"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -755,22 +754,7 @@ func (f *FS) ChmodContext(ctx context.Context, name string, mode fs.FileMode) er
 		return wrap(op, rel, f.s.root.Chmod(rel, fs.FileMode(perm)))
 	}
 	err = f.s.atParent(rel, func(fd int, base string) error {
-		// O_PATH|O_NOFOLLOW pins the entry itself (a link stays a link);
-		// the mode is then set on that inode through /proc, so nothing is
-		// resolved by name a second time.
-		pfd, err := unix.Openat(fd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(pfd)
-		var st unix.Stat_t
-		if err := unix.Fstat(pfd, &st); err != nil {
-			return err
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return ErrInvalid
-		}
-		return unix.Fchmodat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pfd), perm, 0)
+		return fchmodNoFollow(fd, base, perm)
 	})
 	if err == ErrInvalid {
 		return newErr(op, rel, ErrInvalid)
