@@ -238,11 +238,8 @@ func (d *Dir) Open(base string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd := -1
-	var oerr error
-	if err := d.rc.Control(func(dfd uintptr) {
-		fd, oerr = unix.Openat(int(dfd), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	}); err != nil {
+	fd, oerr, err := d.openat(base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
 		return nil, closedErr(op, rel, err)
 	}
 	if oerr != nil {

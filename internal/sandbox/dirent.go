@@ -60,6 +60,14 @@ func (d *Dir) name(op, base string) (string, error) {
 	return t.entry(op, base)
 }
 
+// openat opens name relative to d with flags (retried on EINTR): oerr is
+// the open's error, err that of d being closed.
+func (d *Dir) openat(name string, flags int) (fd int, oerr, err error) {
+	fd = -1
+	err = d.rc.Control(func(dfd uintptr) { fd, oerr = openat(int(dfd), name, flags) })
+	return fd, oerr, err
+}
+
 // Sub opens the directory base of d as a Dir, never through a symbolic
 // link: a link or a non-directory at base is ErrNotDir.
 func (d *Dir) Sub(base string) (*Dir, error) {
@@ -68,11 +76,8 @@ func (d *Dir) Sub(base string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd := -1
-	var oerr error
-	if err := d.rc.Control(func(dfd uintptr) {
-		fd, oerr = openat(int(dfd), base, dirFlags)
-	}); err != nil {
+	fd, oerr, err := d.openat(base, dirFlags)
+	if err != nil {
 		return nil, closedErr(op, rel, err)
 	}
 	if oerr != nil {
@@ -95,11 +100,8 @@ func (d *Dir) Up(want DirID) (*Dir, error) {
 		return nil, newErr(op, d.rel, ErrNotExist)
 	}
 	up, _ := split(d.rel)
-	fd := -1
-	var oerr error
-	if err := d.rc.Control(func(dfd uintptr) {
-		fd, oerr = openat(int(dfd), "..", dirFlags)
-	}); err != nil {
+	fd, oerr, err := d.openat("..", dirFlags)
+	if err != nil {
 		return nil, closedErr(op, up, err)
 	}
 	if oerr != nil {
@@ -277,11 +279,8 @@ func (d *Dir) Rewrite(base string) (*File, error) {
 	if s.limit.Load() < 0 {
 		return nil, newErr(op, rel, ErrNoSpace)
 	}
-	fd := -1
-	var oerr error
-	if err := d.rc.Control(func(dfd uintptr) {
-		fd, oerr = openat(int(dfd), base, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY)
-	}); err != nil {
+	fd, oerr, err := d.openat(base, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
 		return nil, closedErr(op, rel, err)
 	}
 	if errors.Is(oerr, unix.ENXIO) {
