@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,13 +17,7 @@ import (
 // RepositoryBackend chooses the bucket when one is configured, checks it,
 // and otherwise hands the repository's directory to the local constructor.
 func TestRepositoryBackendChoosesTheLocation(t *testing.T) {
-	if _, err := objectstore.Binary(); err != nil {
-		if os.Getenv("WHARF_REQUIRE_DOCKER") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("needs versitygw: %v; WHARF_REQUIRE_DOCKER=1 makes this a failure", err)
-	}
-	store := objectstore.Start(t)
+	store := objectstore.StartOrSkip(t)
 	ctx := context.Background()
 	errLocal := errors.New("the local backend was asked for")
 	var localDir string

@@ -34,13 +34,7 @@ func s3RepoService(t *testing.T, dir string, s3 config.BackupRepositoryS3) *Serv
 // bucket (nothing under the local repository directory), and a wrong secret
 // fails the backup naming the key, never the secret.
 func TestRepositoryBackupGoesToTheBucket(t *testing.T) {
-	if _, err := objectstore.Binary(); err != nil {
-		if os.Getenv("WHARF_REQUIRE_DOCKER") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("needs versitygw: %v; WHARF_REQUIRE_DOCKER=1 makes this a failure", err)
-	}
-	store := objectstore.Start(t)
+	store := objectstore.StartOrSkip(t)
 	s3 := config.BackupRepositoryS3{
 		Endpoint: store.URL, Bucket: store.Bucket, Prefix: "repo", AccessKeyID: store.Access, SecretAccessKey: store.Secret, PathStyle: true,
 	}

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -32,13 +31,7 @@ import (
 // make test and CI set it, and install versitygw).
 func startStore(t *testing.T) *objectstore.Store {
 	t.Helper()
-	if _, err := objectstore.Binary(); err != nil {
-		if os.Getenv("WHARF_REQUIRE_DOCKER") == "1" {
-			t.Fatal(err)
-		}
-		t.Skipf("needs versitygw: %v; WHARF_REQUIRE_DOCKER=1 makes this a failure", err)
-	}
-	return objectstore.Start(t)
+	return objectstore.StartOrSkip(t)
 }
 
 func options(s *objectstore.Store, prefix string) Options {

@@ -52,6 +52,19 @@ func Binary() (string, error) {
 	return "", fmt.Errorf("versitygw is not installed: run `go install github.com/versity/versitygw/cmd/versitygw@v1.8.0` (.ci/run does)")
 }
 
+// StartOrSkip is Start, but skips the test when versitygw is not installed,
+// unless WHARF_REQUIRE_DOCKER=1 (CI), which makes that a failure.
+func StartOrSkip(t testing.TB) *Store {
+	t.Helper()
+	if _, err := Binary(); err != nil {
+		if os.Getenv("WHARF_REQUIRE_DOCKER") == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("needs versitygw: %v; WHARF_REQUIRE_DOCKER=1 makes this a failure", err)
+	}
+	return Start(t)
+}
+
 // Start runs versitygw on 127.0.0.1 with a random port and credentials,
 // serving a fresh directory, and creates a bucket. It fails the test when
 // versitygw is missing.
