@@ -367,12 +367,14 @@ func (s *Store) affected(m Manifest, bad []*ChunkError) []string {
 	type span struct{ from, to int64 }
 	var spans []span
 	badSet := map[int64]bool{}
+	badIdx := map[int]bool{}
 	var off int64
-	for _, c := range m.Chunks {
+	for i, c := range m.Chunks {
 		for _, b := range bad {
 			if b.Offset == off {
 				spans = append(spans, span{off, off + c.Len})
 				badSet[off] = true
+				badIdx[i] = true
 			}
 		}
 		off += c.Len
@@ -388,6 +390,18 @@ func (s *Store) affected(m Manifest, bad []*ChunkError) []string {
 	cr := &countingReader{r: &zeroingReader{s: s, m: m, bad: badSet}}
 	seen := map[string]bool{}
 	var names []string
+	// The manifest's file index names a file even when its tar header is
+	// in the damaged chunk; the parse below adds the entries it does not
+	// index (directories, links, small files of older manifests).
+	for _, f := range m.Files {
+		for i := f.First; i < f.First+f.Count; i++ {
+			if badIdx[i] && !seen[f.Path] {
+				seen[f.Path] = true
+				names = append(names, f.Path)
+				break
+			}
+		}
+	}
 	prevEnd, prevName := int64(0), "the start"
 	for cr.n < m.Size {
 		tr := tar.NewReader(cr)
