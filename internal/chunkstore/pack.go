@@ -78,16 +78,33 @@ func getEntry(b []byte) packEntry {
 	return e
 }
 
+// packBufCap is a pack buffer's capacity: a full pack's blobs and,
+// unless they are many tiny ones, its entries and trailer.
+const packBufCap = packTarget + 1 + maxChunk + 512<<10
+
 // packer builds one pack in memory.
 type packer struct {
 	buf     []byte
 	entries []packEntry
+	// free, when set, holds the buffers of stored packs to fill again:
+	// a fresh buffer per pack costs its page faults and garbage.
+	free chan []byte
+}
+
+func (p *packer) start() {
+	if p.buf != nil {
+		return
+	}
+	select {
+	case b := <-p.free:
+		p.buf = b[:0]
+	default:
+		p.buf = make([]byte, 0, packBufCap)
+	}
 }
 
 func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
-	if p.buf == nil {
-		p.buf = make([]byte, 0, packTarget+1+maxChunk+packTrailerLen)
-	}
+	p.start()
 	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(len(blob)), Plain: uint32(plain)}
 	p.buf = append(p.buf, blob...)
 	p.entries = append(p.entries, e)
@@ -96,9 +113,7 @@ func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
 
 // addRaw adds plain as a raw blob (its kind byte, then its bytes).
 func (p *packer) addRaw(h blobID, plain []byte) packEntry {
-	if p.buf == nil {
-		p.buf = make([]byte, 0, packTarget+1+maxChunk+packTrailerLen)
-	}
+	p.start()
 	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(1 + len(plain)), Plain: uint32(len(plain))}
 	p.buf = append(append(p.buf, blobRaw), plain...)
 	p.entries = append(p.entries, e)

@@ -114,16 +114,20 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		jobs:   make(chan *pending, 2*n),
 		order:  make(chan *pending, 4*n),
 		mine:   map[blobID]struct{}{},
-		// Two packs may wait for their Put: 32 MiB of memory at most.
-		uploads: make(chan packUpload, 1),
+		// Two packs are stored at once (one is written while the other is
+		// synced) and one fills: three pack buffers, ~57 MiB, at most.
+		uploads: make(chan packUpload),
 		segs:    make(chan segPiece, 2),
 		free:    make(chan []byte, 8),
 	}
 	for range n {
 		w.workers.Go(w.work)
 	}
+	w.pack.free = make(chan []byte, packUploaders+1)
 	w.app.Go(w.appendLoop)
-	w.up.Go(w.uploadLoop)
+	for range packUploaders {
+		w.up.Go(w.uploadLoop)
+	}
 	w.chunker.Go(w.chunkLoop)
 	return w
 }
@@ -212,21 +216,33 @@ type packUpload struct {
 	data []byte
 }
 
+// packUploaders is how many packs are stored at once: with one, the
+// disk idled while a pack was written to the page cache and the chunking
+// waited while it was synced.
+const packUploaders = 2
+
 // uploadLoop stores the packs while the next ones are filled, so that a
 // Put (an fsync, a request) does not stall the chunking.
 func (w *Writer) uploadLoop() {
 	for u := range w.uploads {
-		if w.failed() != nil {
-			continue
+		if w.failed() == nil {
+			w.upload(u)
 		}
-		if err := w.s.b.Put(w.ctx, packName(u.p.ID), u.data); err != nil {
-			w.fail(fmt.Errorf("storing a pack: %w", err))
-			continue
+		select {
+		case w.pack.free <- u.data:
+		default:
 		}
-		w.upMu.Lock()
-		w.packs = append(w.packs, u.p)
-		w.upMu.Unlock()
 	}
+}
+
+func (w *Writer) upload(u packUpload) {
+	if err := w.s.b.Put(w.ctx, packName(u.p.ID), u.data); err != nil {
+		w.fail(fmt.Errorf("storing a pack: %w", err))
+		return
+	}
+	w.upMu.Lock()
+	w.packs = append(w.packs, u.p)
+	w.upMu.Unlock()
 }
 
 // Write adds p to the current segment.
