@@ -38,34 +38,42 @@ const segmentFlush = 8 << 20
 // file's chunks (Reuse) without reading it.
 //
 // Pipeline: the caller's goroutine (the walk reading files) hands the
-// segments to one chunker goroutine; GOMAXPROCS workers hash and compress
-// the chunks; one appender takes them in order, skips the ones the
-// repository or this backup has, and appends the others to the backup's
-// pack; one uploader stores each full pack while the next fills.
+// segments, in batches of about a MiB, to one chunker goroutine;
+// GOMAXPROCS workers hash and compress the chunks, in groups of about a
+// MiB; one appender takes them in order, skips the ones the repository or
+// this backup has, and appends the others to the backup's pack; two
+// uploaders store the full packs while the next fills. The batches and
+// groups make a tree of small files wake each goroutine once per MiB, not
+// once per file (each wake-up costs microseconds; a server has tens of
+// thousands of small files).
 type Writer struct {
 	s      *Store
 	ctx    context.Context
 	m      Manifest
 	pinned map[blobID]struct{} // guarded by s.mu
 
-	// The caller's side: the segment being written, whether pieces of it
-	// went to the chunker already, and the segments so far (Len).
-	seg     []byte
+	// The caller's side: the batch being gathered, where its last part
+	// ends, whether part of the open segment went to the chunker
+	// already, and the segments so far (Len).
+	batch   segBatch
+	mark    int
 	segOpen bool
 	nsegs   int
 	files   []File // First and Count in segments until Commit
 
 	// The chunker's side (chunkLoop): what is left of the current
-	// segment, and where each segment starts in m.Chunks.
-	segs      chan segPiece
+	// segment, where each segment starts in m.Chunks, and the chunks not
+	// yet handed to the workers.
+	segs      chan segBatch
 	free      chan []byte
 	chunker   sync.WaitGroup
 	carry     []byte
 	inSeg     bool
 	segStarts []int
+	group     *chunkGroup
 
-	jobs    chan *pending
-	order   chan *pending
+	jobs    chan *chunkGroup
+	order   chan *chunkGroup
 	workers sync.WaitGroup
 	app     sync.WaitGroup
 	resMu   sync.Mutex // m.Chunks
@@ -88,20 +96,44 @@ type pending struct {
 	i     int
 	n     int
 	data  []byte // returned to the pool by the worker
-	done  chan struct{}
 	h     blobID
 	blob  []byte // nil when the repository has it; returned by the appender
 	raw   bool   // blob is the plain chunk, to be stored raw
 	known bool
 }
 
-// segPiece is bytes of a segment (the last ones when final), or the
-// reused chunks of a segment.
-type segPiece struct {
+// segBatch is consecutive parts of the stream: data holds their bytes,
+// one part after the other.
+type segBatch struct {
 	data  []byte
+	parts []segPart
+}
+
+// segPart is the bytes of a segment from the previous part's end to end
+// (the segment's last ones when final), or the reused chunks of a whole
+// segment (then it has no bytes).
+type segPart struct {
+	end   int
 	final bool
 	reuse []Chunk
 }
+
+// chunkGroup is chunks that travel together from the chunker through a
+// worker to the appender; done is closed when the worker is through.
+type chunkGroup struct {
+	ps    []*pending
+	bytes int
+	done  chan struct{}
+}
+
+// batchFlush and groupFlush are the sizes at which a batch of segments
+// and a group of chunks are handed on; batchParts bounds the parts of a
+// batch of reused files (they have no bytes).
+const (
+	batchFlush = 1 << 20
+	groupFlush = 1 << 20
+	batchParts = 1024
+)
 
 // NewWriter starts backup of server; Commit ends it, Abort drops it.
 func (s *Store) NewWriter(server, backup string) *Writer {
@@ -111,13 +143,13 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		ctx:    context.Background(),
 		m:      Manifest{Version: manifestVersion, Server: server, Backup: backup, Created: time.Now().UTC()},
 		pinned: map[blobID]struct{}{},
-		jobs:   make(chan *pending, 2*n),
-		order:  make(chan *pending, 4*n),
+		jobs:   make(chan *chunkGroup, n),
+		order:  make(chan *chunkGroup, 2*n),
 		mine:   map[blobID]struct{}{},
 		// Two packs are stored at once (one is written while the other is
 		// synced) and one fills: three pack buffers, ~57 MiB, at most.
 		uploads: make(chan packUpload),
-		segs:    make(chan segPiece, 2),
+		segs:    make(chan segBatch, 2),
 		free:    make(chan []byte, 8),
 	}
 	for range n {
@@ -133,24 +165,32 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 }
 
 func (w *Writer) work() {
-	for p := range w.jobs {
-		p.h = sha256.Sum256(p.data)
-		// An indexed blob is pinned and not compressed again.
-		// An incompressible chunk goes to the pack as it is (no copy into
-		// a blob first): the appender writes its kind byte and returns it.
-		p.known = w.s.pinIfIndexed(p.h, w.pinned)
-		switch {
-		case !p.known && incompressible(p.data):
-			p.blob, p.raw = p.data, true
-		case !p.known:
-			p.blob = encodeBlobTo(w.s.bufs.get(blobBound(len(p.data))), p.data)
-			fallthrough
-		default:
-			w.s.bufs.put(p.data)
+	for g := range w.jobs {
+		for _, p := range g.ps {
+			w.hashAndEncode(p)
 		}
-		p.data = nil
-		close(p.done)
+		close(g.done)
 	}
+}
+
+// hashAndEncode hashes a chunk and, unless the repository has it,
+// compresses it.
+func (w *Writer) hashAndEncode(p *pending) {
+	p.h = sha256.Sum256(p.data)
+	// An indexed blob is pinned and not compressed again.
+	// An incompressible chunk goes to the pack as it is (no copy into
+	// a blob first): the appender writes its kind byte and returns it.
+	p.known = w.s.pinIfIndexed(p.h, w.pinned)
+	switch {
+	case !p.known && incompressible(p.data):
+		p.blob, p.raw = p.data, true
+	case !p.known:
+		p.blob = encodeBlobTo(w.s.bufs.get(blobBound(len(p.data))), p.data)
+		fallthrough
+	default:
+		w.s.bufs.put(p.data)
+	}
+	p.data = nil
 }
 
 func (w *Writer) fail(err error) {
@@ -170,30 +210,40 @@ func (w *Writer) failed() error {
 // appendLoop takes the chunks in stream order. After an error it only
 // drains them, so the chunker never blocks.
 func (w *Writer) appendLoop() {
-	for p := range w.order {
-		<-p.done
+	for g := range w.order {
+		<-g.done
 		w.resMu.Lock()
-		w.m.Chunks[p.i].Hash = hex.EncodeToString(p.h[:])
+		for _, p := range g.ps {
+			w.m.Chunks[p.i].Hash = hex.EncodeToString(p.h[:])
+		}
 		w.resMu.Unlock()
-		if _, ok := w.mine[p.h]; p.known || ok || w.failed() != nil {
-			if p.blob != nil {
-				w.s.bufs.put(p.blob)
-			}
-			continue
+		for _, p := range g.ps {
+			w.appendChunk(p)
 		}
-		w.s.mu.Lock()
-		w.s.pinLocked(p.h, w.pinned)
-		w.s.mu.Unlock()
-		w.mine[p.h] = struct{}{}
-		if p.raw {
-			w.pack.addRaw(p.h, p.blob)
-		} else {
-			w.pack.add(p.h, p.blob, p.n)
+	}
+}
+
+// appendChunk adds a chunk to the pack unless the repository or this
+// backup has it.
+func (w *Writer) appendChunk(p *pending) {
+	if _, ok := w.mine[p.h]; p.known || ok || w.failed() != nil {
+		if p.blob != nil {
+			w.s.bufs.put(p.blob)
 		}
-		w.s.bufs.put(p.blob)
-		if w.pack.full() {
-			w.flushPack()
-		}
+		return
+	}
+	w.s.mu.Lock()
+	w.s.pinLocked(p.h, w.pinned)
+	w.s.mu.Unlock()
+	w.mine[p.h] = struct{}{}
+	if p.raw {
+		w.pack.addRaw(p.h, p.blob)
+	} else {
+		w.pack.add(p.h, p.blob, p.n)
+	}
+	w.s.bufs.put(p.blob)
+	if w.pack.full() {
+		w.flushPack()
 	}
 }
 
@@ -250,31 +300,48 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.failed(); err != nil {
 		return 0, err
 	}
-	w.seg = append(w.seg, p...)
-	if len(w.seg) >= segmentFlush {
-		w.send(false)
+	w.batch.data = append(w.batch.data, p...)
+	if len(w.batch.data) >= segmentFlush {
+		// The open segment's bytes so far go as a part of it.
+		w.addPart(segPart{end: len(w.batch.data)})
+		w.segOpen = true
+		w.send()
 	}
 	return len(p), w.failed()
 }
 
-// send hands the buffered segment bytes to the chunker.
-func (w *Writer) send(final bool) {
-	w.segs <- segPiece{data: w.seg, final: final}
-	w.segOpen = !final
+func (w *Writer) addPart(p segPart) {
+	w.batch.parts = append(w.batch.parts, p)
+	w.mark = p.end
+}
+
+// send hands the batch to the chunker.
+func (w *Writer) send() {
+	w.segs <- w.batch
+	w.batch, w.mark = segBatch{}, 0
 	select {
 	case b := <-w.free:
-		w.seg = b[:0]
+		w.batch.data = b[:0]
 	default:
 		// Grows as needed; recycled buffers keep their size.
-		w.seg = make([]byte, 0, 256<<10)
+		w.batch.data = make([]byte, 0, batchFlush+64<<10)
+	}
+}
+
+// sendFull hands the batch on when it is large enough.
+func (w *Writer) sendFull() {
+	if len(w.batch.data) >= batchFlush || len(w.batch.parts) >= batchParts {
+		w.send()
 	}
 }
 
 // Cut ends the current segment: the next byte starts a chunk.
 func (w *Writer) Cut() error {
-	if w.failed() == nil && (len(w.seg) > 0 || w.segOpen) {
-		w.send(true)
+	if w.failed() == nil && (len(w.batch.data) > w.mark || w.segOpen) {
+		w.addPart(segPart{end: len(w.batch.data), final: true})
+		w.segOpen = false
 		w.nsegs++
+		w.sendFull()
 	}
 	return w.failed()
 }
@@ -289,8 +356,9 @@ func (w *Writer) Reuse(cs []Chunk) bool {
 	if w.Cut() != nil {
 		return false
 	}
-	w.segs <- segPiece{reuse: cs}
+	w.addPart(segPart{end: w.mark, reuse: cs})
 	w.nsegs++
+	w.sendFull()
 	return true
 }
 
@@ -304,43 +372,54 @@ func (w *Writer) AddFile(f File) { w.files = append(w.files, f) }
 func (w *Writer) chunkLoop() {
 	defer close(w.order)
 	defer close(w.jobs)
-	for p := range w.segs {
-		if p.reuse != nil {
-			w.resMu.Lock()
-			w.segStarts = append(w.segStarts, len(w.m.Chunks))
-			w.m.Chunks = append(w.m.Chunks, p.reuse...)
-			w.resMu.Unlock()
-			continue
+	for b := range w.segs {
+		from := 0
+		for _, p := range b.parts {
+			if p.reuse != nil {
+				w.resMu.Lock()
+				w.segStarts = append(w.segStarts, len(w.m.Chunks))
+				w.m.Chunks = append(w.m.Chunks, p.reuse...)
+				w.resMu.Unlock()
+				continue
+			}
+			w.segmentPart(b.data[from:p.end], p.final)
+			from = p.end
 		}
-		if !w.inSeg {
-			w.resMu.Lock()
-			w.segStarts = append(w.segStarts, len(w.m.Chunks))
-			w.resMu.Unlock()
-			w.inSeg = true
-		}
-		buf := p.data
-		if len(w.carry) > 0 {
-			w.carry = append(w.carry, p.data...)
-			buf = w.carry
-		}
-		var rest []byte
-		if w.failed() == nil {
-			rest = w.chunk(buf, p.final)
-		}
-		w.carry = append(w.carry[:0:0], rest...)
-		if p.final {
-			w.inSeg, w.carry = false, nil
-		}
+		w.handGroup()
 		select {
-		case w.free <- p.data:
+		case w.free <- b.data:
 		default:
 		}
 	}
 }
 
-// chunk cuts buf into chunks and hands them on; unless final, the last
-// chunk's bytes are returned (more of the segment follows, and the
-// chunker would cut it elsewhere).
+// segmentPart chunks the bytes of a part of a segment.
+func (w *Writer) segmentPart(data []byte, final bool) {
+	if !w.inSeg {
+		w.resMu.Lock()
+		w.segStarts = append(w.segStarts, len(w.m.Chunks))
+		w.resMu.Unlock()
+		w.inSeg = true
+	}
+	buf := data
+	if len(w.carry) > 0 {
+		w.carry = append(w.carry, data...)
+		buf = w.carry
+	}
+	var rest []byte
+	if w.failed() == nil {
+		rest = w.chunk(buf, final)
+	}
+	// The batch's buffer is reused: what is left is copied.
+	w.carry = append(w.carry[:0:0], rest...)
+	if final {
+		w.inSeg, w.carry = false, nil
+	}
+}
+
+// chunk cuts buf into chunks and adds them to the group; unless final,
+// the last chunk's bytes are returned (more of the segment follows, and
+// the chunker would cut it elsewhere).
 func (w *Writer) chunk(buf []byte, final bool) []byte {
 	off := 0
 	for off < len(buf) {
@@ -354,12 +433,28 @@ func (w *Writer) chunk(buf []byte, final bool) []byte {
 		w.resMu.Unlock()
 		data := w.s.bufs.get(n)
 		copy(data, buf[off:off+n])
-		p := &pending{i: i, n: n, data: data, done: make(chan struct{})}
-		w.order <- p
-		w.jobs <- p
+		if w.group == nil {
+			w.group = &chunkGroup{done: make(chan struct{})}
+		}
+		w.group.ps = append(w.group.ps, &pending{i: i, n: n, data: data})
+		w.group.bytes += n
+		if w.group.bytes >= groupFlush {
+			w.handGroup()
+		}
 		off += n
 	}
 	return buf[off:]
+}
+
+// handGroup hands the chunks gathered so far to a worker and, in order,
+// to the appender.
+func (w *Writer) handGroup() {
+	if w.group == nil {
+		return
+	}
+	w.order <- w.group
+	w.jobs <- w.group
+	w.group = nil
 }
 
 // fileIndex turns the files' segment ranges into chunk ranges.
@@ -380,6 +475,9 @@ func (w *Writer) fileIndex() error {
 func (w *Writer) stop() error {
 	if !w.stopped {
 		w.stopped = true
+		if len(w.batch.parts) > 0 && w.failed() == nil {
+			w.send()
+		}
 		close(w.segs)
 		w.chunker.Wait()
 		w.workers.Wait()
