@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,8 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/klauspost/pgzip"
-
+	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/atomicfile"
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/chunkstore"
@@ -82,13 +82,8 @@ func exportOne(cfg *config.Config, st *chunkstore.Store, id, dst string) error {
 		m, err := st.Find(id)
 		if err == nil {
 			return atomicfile.Write(dst, 0o600, func(w io.Writer) error {
-				gw := pgzip.NewWriter(w)
-				rd := st.Reader(m)
-				defer rd.Close()
-				if _, err := io.Copy(gw, rd); err != nil {
-					return err
-				}
-				return gw.Close()
+				level := archive.ParseLevel(cfg.System.Backups.CompressionLevel)
+				return backup.WriteRepositoryArchive(context.Background(), w, st, m, level, cfg.System.TmpDirectory)
 			})
 		}
 		if !errors.Is(err, chunkstore.ErrNotFound) {

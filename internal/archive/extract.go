@@ -40,6 +40,9 @@ type ExtractOptions struct {
 	// stream is checked as a whole (a transfer's SHA-256): files are not
 	// hashed, and a root file named ManifestName is an ordinary file.
 	NoManifest bool
+	// Plain says r is the tar stream itself, not gzipped (a backup
+	// repository's stream, whose chunks are checked on reading).
+	Plain bool
 }
 
 // ExtractResult describes an extraction.
@@ -100,11 +103,15 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		return ExtractResult{}, err
 	}
 	defer ra.Close()
-	gz, err := pgzip.NewReaderN(bufio.NewReaderSize(ra, 256<<10), gzipBlock, 4)
-	if err != nil {
-		return ExtractResult{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	var in io.Reader = bufio.NewReaderSize(ra, 256<<10)
+	if !opts.Plain {
+		gz, err := pgzip.NewReaderN(in, gzipBlock, 4)
+		if err != nil {
+			return ExtractResult{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		defer gz.Close()
+		in = gz
 	}
-	defer gz.Close()
 	x := &extractor{
 		ctx: ctx, dst: dst, opts: opts,
 		buf:   make([]byte, 256<<10),
@@ -122,7 +129,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
 		x.buf = x.buf[:min(len(x.buf), burst)]
 	}
-	rd := newStreamReader(gz)
+	rd := newStreamReader(in)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
@@ -152,7 +159,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		}
 	}
 	// Drain to the gzip trailer, so that a truncated or corrupt end is seen.
-	if _, err := io.Copy(io.Discard, gz); err != nil {
+	if _, err := io.Copy(io.Discard, in); err != nil {
 		return x.res, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	x.applyDirMeta()

@@ -75,13 +75,15 @@ type WriteOptions struct {
 type FileHook interface {
 	// Reuse is called with the file's lstat before it is opened. When it
 	// returns ok, the hook has put the file's whole entry into the stream
-	// itself; sum is the SHA-1 of its content (for the integrity entry).
+	// itself; sum is the SHA-1 of its content (for the integrity entry;
+	// ignored without WriteOptions.Manifest).
 	Reuse(rel string, fi fs.FileInfo) (sum []byte, ok bool)
 	// Begin is called before the first byte of a file's entry is written.
 	Begin(rel string) error
 	// End is called after its last byte (padding included). fi is the
 	// fstat of the file read, nil when it changed while it was read (its
-	// entry must then not be reused); sum is its content's SHA-1.
+	// entry must then not be reused); sum is its content's SHA-1, nil
+	// without WriteOptions.Manifest (the content is then not hashed).
 	End(rel string, fi fs.FileInfo, sum []byte) error
 }
 
@@ -498,13 +500,18 @@ func (zeros) Read(p []byte) (int, error) {
 }
 
 func writeManifest(tw *tar.Writer, man *spool) error {
+	return writeManifestAt(tw, man, time.Now())
+}
+
+// writeManifestAt writes the integrity entry, its time mt.
+func writeManifestAt(tw *tar.Writer, man *spool, mt time.Time) error {
 	r, err := man.Reader()
 	if err != nil {
 		return err
 	}
 	if err := tw.WriteHeader(&tar.Header{
 		Typeflag: tar.TypeReg, Name: ManifestName, Mode: 0o644, Size: man.Len(),
-		ModTime: time.Now().Truncate(time.Second),
+		ModTime: mt.Truncate(time.Second),
 	}); err != nil {
 		return err
 	}
@@ -562,9 +569,12 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
 		return err
 	}
-	h := wr.fileHash
-	h.Reset()
-	dst := io.MultiWriter(wr.sink, h)
+	// The files' SHA-1 is for the integrity entry: without one, no hash.
+	var dst io.Writer = wr.sink
+	if wr.man != nil {
+		wr.fileHash.Reset()
+		dst = io.MultiWriter(wr.sink, wr.fileHash)
+	}
 	n, err := io.CopyBuffer(dst, io.LimitReader(sandbox.ContextReader(ctx, onlyReader{f}), hdr.Size), wr.buf)
 	var rerr readErr
 	if errors.As(err, &rerr) {
@@ -583,7 +593,10 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 			return err
 		}
 	}
-	sum := h.Sum(nil)
+	var sum []byte
+	if wr.man != nil {
+		sum = wr.fileHash.Sum(nil)
+	}
 	// A file written to while it was read may hold a mix: never reuse it.
 	after, err := f.Stat()
 	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {

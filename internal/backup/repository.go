@@ -2,8 +2,6 @@ package backup
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -75,15 +73,17 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	// The tar stream goes straight (uncompressed, synchronously) into the
 	// store, which chunks each regular file's entry on its own; files
 	// unchanged since the server's latest backup are not read: their
-	// chunks are reused (repoFiles).
+	// chunks are reused (repoFiles). It is bare: no file is hashed for an
+	// integrity entry (the chunks' SHA-256 checks a restore; a download
+	// is sealed with the entry, WriteRepositoryArchive).
 	w := st.NewWriter(srv.UUID(), backup)
 	defer w.Abort()
+	w.SetBare()
 	hook := &repoFiles{w: w, prev: w.LatestFiles(srv.UUID())}
 	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
 		Ignore:      s.ignorePatterns(srv, ignore),
 		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
 		Files:       hook,
-		Manifest:    true,
 		TreeTrailer: true,
 		TempDir:     cfg.System.TmpDirectory,
 	})
@@ -141,10 +141,6 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 	if !ok || !sameKey(k, p.File) {
 		return nil, false
 	}
-	sum, err := hex.DecodeString(p.SHA1)
-	if err != nil || len(sum) != sha1.Size {
-		return nil, false
-	}
 	if h.w.Cut() != nil {
 		return nil, false
 	}
@@ -152,10 +148,11 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 	if !h.w.Reuse(p.Chunks) {
 		return nil, false
 	}
-	// First and Count are in the writer's segments (Len): one here.
-	k.SHA1, k.First, k.Count = p.SHA1, first, h.w.Len()-first
+	// First and Count are in the writer's segments (Len): one here. The
+	// stream is bare: no SHA-1 to carry over.
+	k.First, k.Count = first, h.w.Len()-first
 	h.w.AddFile(k)
-	return sum, true
+	return nil, true
 }
 
 func (h *repoFiles) Begin(rel string) error {
@@ -178,32 +175,44 @@ func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
 	if !ok {
 		return nil
 	}
-	k.SHA1, k.First, k.Count = hex.EncodeToString(sum), h.start, h.w.Len()-h.start
+	k.First, k.Count = h.start, h.w.Len()-h.start
 	h.w.AddFile(k)
 	return nil
 }
 
 // gzipStream returns the tar.gz of backup m at level, generated as it is
-// read. A damaged chunk ends it with a *chunkstore.ChunkError. The
-// generating goroutine ends when the stream does or when the caller closes
-// the reader (its next write then fails): the caller must close it.
-func gzipStream(st *chunkstore.Store, m chunkstore.Manifest, level int) io.ReadCloser {
+// read (WriteRepositoryArchive). A damaged chunk ends it with a
+// *chunkstore.ChunkError. The generating goroutine ends when the stream
+// does or when the caller closes the reader (its next write then fails):
+// the caller must close it.
+func gzipStream(ctx context.Context, st *chunkstore.Store, m chunkstore.Manifest, level int, tempDir string) io.ReadCloser {
 	pr, pw := io.Pipe()
 	go func() {
-		gw, err := pgzip.NewWriterLevel(pw, level)
-		if err != nil {
-			pw.CloseWithError(err)
-			return
-		}
-		rd := st.Reader(m)
-		defer rd.Close()
-		_, err = io.Copy(gw, rd)
-		if cerr := gw.Close(); err == nil {
-			err = cerr
-		}
-		pw.CloseWithError(err)
+		pw.CloseWithError(WriteRepositoryArchive(ctx, pw, st, m, level, tempDir))
 	}()
 	return pr
+}
+
+// WriteRepositoryArchive writes backup m of st to w as the tar.gz an
+// archive backup of the same tree is: a bare stream gets its integrity
+// entry (archive.Seal), dated when the backup was made. tempDir holds the
+// entry's spool when it outgrows memory.
+func WriteRepositoryArchive(ctx context.Context, w io.Writer, st *chunkstore.Store, m chunkstore.Manifest, level int, tempDir string) error {
+	gw, err := pgzip.NewWriterLevel(w, level)
+	if err != nil {
+		return err
+	}
+	rd := st.Reader(m)
+	defer rd.Close()
+	if m.Bare {
+		err = archive.Seal(ctx, gw, rd, archive.SealOptions{TempDir: tempDir, ModTime: m.Created})
+	} else {
+		_, err = io.Copy(gw, rd)
+	}
+	if cerr := gw.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // OpenRepositoryDownload opens the tar.gz of a repository backup of server;
@@ -213,7 +222,7 @@ func (s *Service) OpenRepositoryDownload(server, backup string) (io.ReadCloser, 
 	if err != nil {
 		return nil, err
 	}
-	return gzipStream(st, m, archive.LevelBestSpeed), nil
+	return gzipStream(context.Background(), st, m, archive.LevelBestSpeed, s.cfg.Get().System.TmpDirectory), nil
 }
 
 // DamageError is a repository backup with damaged chunks.

@@ -144,7 +144,7 @@ func TestRepositoryBackupReadsOnlyChangedFiles(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	os.MkdirAll(out, 0o755)
-	rd := gzipStream(st, m, archive.LevelBestSpeed)
+	rd := gzipStream(ctx, st, m, archive.LevelBestSpeed, t.TempDir())
 	defer rd.Close()
 	res, err := archive.Extract(ctx, rd, tree.Open(t, out), archive.ExtractOptions{})
 	if err != nil || !res.Verified {

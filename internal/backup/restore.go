@@ -81,7 +81,13 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		}
 		src = body
 	} else if repo != nil {
-		repo.ReadCloser = gzipStream(repo.st, repo.m, archive.LevelNone)
+		// A bare stream is extracted as it is stored (its chunks are
+		// checked as they are read); an older one has its integrity entry.
+		if repo.m.Bare {
+			repo.ReadCloser = repo.st.Reader(repo.m)
+		} else {
+			repo.ReadCloser = gzipStream(jctx, repo.st, repo.m, archive.LevelNone, s.cfg.Get().System.TmpDirectory)
+		}
 		src = repo
 	} else {
 		f, err := os.Open(path)
@@ -168,6 +174,9 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 		OnEntry: func(name string) {
 			srv.Publish(events.New(events.DaemonMessage, "(restoring): "+name))
 		},
+	}
+	if fromRepo && repo.m.Bare {
+		opts.Plain, opts.NoManifest = true, true
 	}
 	if req.TruncateDirectory {
 		// For a download, the archive is known to be readable once its

@@ -252,11 +252,16 @@ type Manifest struct {
 	// padding) is chunked on its own, so that the next backup of the
 	// server can reuse an unchanged file's chunks without reading it.
 	Files []File `json:"files,omitempty"`
+	// Bare says the stream has no integrity entry (the backup repository
+	// stores its streams so since the chunks carry their own hashes;
+	// archive.Seal adds the entry for a download). Older manifests lack
+	// it: their streams have the entry.
+	Bare bool `json:"bare,omitempty"`
 }
 
 // File is a regular file of a backup: what says it is unchanged (its
-// stat), its content's SHA-1 (its integrity entry line), and where its
-// entry's chunks are in Manifest.Chunks.
+// stat), its content's SHA-1 (its integrity entry line; none in a bare
+// backup), and where its entry's chunks are in Manifest.Chunks.
 type File struct {
 	Path    string `json:"p"`
 	Size    int64  `json:"s"`

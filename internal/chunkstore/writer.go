@@ -362,6 +362,10 @@ func (w *Writer) Reuse(cs []Chunk) bool {
 	return true
 }
 
+// SetBare marks the backup's stream as having no integrity entry
+// (Manifest.Bare).
+func (w *Writer) SetBare() { w.m.Bare = true }
+
 // AddFile records a file of the backup in the manifest's file index, its
 // First and Count in segments (Len).
 func (w *Writer) AddFile(f File) { w.files = append(w.files, f) }

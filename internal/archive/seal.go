@@ -1,0 +1,122 @@
+package archive
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// SealOptions configure Seal.
+type SealOptions struct {
+	// TempDir holds the spool of the integrity entry when it outgrows
+	// memory; os.TempDir() when empty.
+	TempDir string
+	// ModTime is the integrity entry's modification time.
+	ModTime time.Time
+}
+
+// Seal copies src, an uncompressed tar stream in the backup layout
+// written without the integrity entry (WriteOptions.TreeTrailer without
+// Manifest), to dst with it: each regular file of the files stream is
+// hashed, and the entry ends the trailer, as Write would have made it. A
+// regular file named ManifestName at the root is left out, as Write
+// leaves it out. The backup repository stores its streams bare (hashing
+// every file at every backup cost as much as compressing a third of it;
+// its chunks carry their own SHA-256) and seals them for a download.
+func Seal(ctx context.Context, dst io.Writer, src io.Reader, opts SealOptions) error {
+	s := &sealer{
+		ctx: ctx, rd: newStreamReader(src), tw: tar.NewWriter(dst), dst: dst,
+		man: &spool{dir: opts.TempDir}, buf: make([]byte, 256<<10),
+	}
+	defer s.man.Close()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := s.rd.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if err := s.entry(hdr); err != nil {
+			return err
+		}
+	}
+	if err := s.startTrailer(); err != nil {
+		return err
+	}
+	mt := opts.ModTime
+	if mt.IsZero() {
+		mt = time.Now()
+	}
+	if err := writeManifestAt(s.tw, s.man, mt); err != nil {
+		return err
+	}
+	return s.tw.Close()
+}
+
+type sealer struct {
+	ctx     context.Context
+	rd      *streamReader
+	tw      *tar.Writer
+	dst     io.Writer
+	man     *spool
+	buf     []byte
+	trailer bool // tw writes the trailer
+}
+
+// startTrailer ends the files stream and starts the trailer's.
+func (s *sealer) startTrailer() error {
+	if s.trailer {
+		return nil
+	}
+	if err := s.tw.Close(); err != nil {
+		return err
+	}
+	s.tw, s.trailer = tar.NewWriter(s.dst), true
+	return nil
+}
+
+func (s *sealer) entry(hdr *tar.Header) error {
+	if s.rd.trailer {
+		if err := s.startTrailer(); err != nil {
+			return err
+		}
+		if hdr.Name == ManifestName {
+			return fmt.Errorf("%w: the stream has an integrity entry already", ErrCorrupt)
+		}
+	}
+	rel, ok := safeName(hdr.Name)
+	file := !s.rd.trailer && hdr.Typeflag == tar.TypeReg && ok
+	if file && rel == ManifestName {
+		return nil // its content is skipped by the next read
+	}
+	hdr.Format = tar.FormatUnknown // the writer picks, as Write's does
+	if err := s.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, hdr.Name, err)
+	}
+	var dst io.Writer = s.tw
+	h := sha1.New()
+	if file {
+		dst = io.MultiWriter(s.tw, h)
+	}
+	n, err := io.CopyBuffer(dst, sandbox.ContextReader(s.ctx, s.rd.tr), s.buf)
+	if err != nil {
+		// A damaged chunk of the repository stays an error of its own type.
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, hdr.Name, err)
+	}
+	if n != hdr.Size {
+		return fmt.Errorf("%w: %s: short entry", ErrCorrupt, hdr.Name)
+	}
+	if file {
+		_, err = io.WriteString(s.man, manifestLine(h.Sum(nil), rel))
+	}
+	return err
+}
