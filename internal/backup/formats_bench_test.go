@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -131,4 +132,81 @@ func profile(b *testing.B, name string) func() {
 		b.Fatal(err)
 	}
 	return func() { trace.Stop(); tf.Close(); pprof.StopCPUProfile(); f.Close() }
+}
+
+// BenchmarkRestoreFormats: a truncating restore of the game-server tree's
+// backup, archive and repository, into an empty directory, in process
+// (WHARF_BENCH_PROFILE as for BenchmarkFirstBackupFormats, files
+// restore-<format>.pprof).
+func BenchmarkRestoreFormats(b *testing.B) {
+	root := os.Getenv("WHARF_BENCH_TREE")
+	if root == "" {
+		b.Skip("WHARF_BENCH_TREE names the tree to back up and restore")
+	}
+	total, err := treeSize(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	srv := benchServer{files: tree.Open(b, root)}
+	for _, format := range []string{config.BackupFormatArchive, config.BackupFormatRepository} {
+		b.Run(format, func(b *testing.B) {
+			svc := formatService(b, filepath.Join(dir, format), format)
+			defer svc.Close()
+			id := uuid.NewString()
+			if format == config.BackupFormatRepository {
+				_, err = svc.createRepository(context.Background(), srv, id, "")
+			} else {
+				_, err = svc.createLocal(context.Background(), srv, id, "")
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(total)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				out := filepath.Join(dir, format+"-out"+strconv.Itoa(i))
+				if err := os.Mkdir(out, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				src := restoreSource(b, svc, srv, id)
+				stop := profile(b, "restore-"+format)
+				cpu0 := cpuTime()
+				b.StartTimer()
+				_, err := svc.extract(context.Background(), benchServer{files: tree.Open(b, out)}, RestoreRequest{Adapter: Local, TruncateDirectory: true}, src)
+				b.StopTimer()
+				b.ReportMetric(cpuTime()-cpu0, "cpu-s/op")
+				stop()
+				src.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				os.RemoveAll(out)
+			}
+		})
+	}
+}
+
+// restoreSource opens backup id of srv as Restore does.
+func restoreSource(b *testing.B, svc *Service, srv benchServer, id string) io.ReadCloser {
+	p, err := svc.Locate(srv, id)
+	if err == nil {
+		f, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	st, m, err := svc.repoManifest(svc.cfg.Get(), srv.UUID(), id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	repo := &repoSource{st: st, m: m}
+	if m.Bare {
+		repo.ReadCloser = st.Reader(m)
+	} else {
+		repo.ReadCloser = gzipStream(context.Background(), st, m, 0, "")
+	}
+	return repo
 }
