@@ -1,0 +1,130 @@
+package backup
+
+import (
+	"context"
+	"crypto/rand"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/testutil/bench"
+	"github.com/wharf/wharf/internal/testutil/tree"
+)
+
+// BenchmarkRepositorySecondBackup: in-process, the game-server tree
+// (WHARF_BENCH_TREE_MB, 1 GiB by default) backed up once into a
+// repository, then per iteration 2 % of its files rewritten and backed up
+// again: the timed part is that second backup (createRepository, as the
+// daemon runs it). It reports first-s, second-cpu-s and
+// second-%-of-first. WHARF_BENCH_CPUPROFILE=FILE profiles the second
+// backups only (go test's -cpuprofile would include the first).
+func BenchmarkRepositorySecondBackup(b *testing.B) {
+	mb := int64(1024)
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
+		mb = int64(v)
+	}
+	dir := b.TempDir()
+	root := filepath.Join(dir, "src")
+	if _, err := tree.GameServer(root, mb<<20); err != nil {
+		b.Fatal(err)
+	}
+	srv := benchServer{tree.Open(b, root)}
+	c := config.Defaults()
+	c.System.BackupDirectory = filepath.Join(dir, "backups")
+	c.System.TmpDirectory = filepath.Join(dir, "tmp")
+	os.MkdirAll(c.System.TmpDirectory, 0o700)
+	svc := New(context.Background(), config.NewStore(filepath.Join(dir, "config.yml"), c), nil, slog.New(slog.DiscardHandler))
+	defer svc.Close()
+	ctx := context.Background()
+
+	syscall.Sync()
+	start := time.Now()
+	if _, err := svc.createRepository(ctx, srv, "first", ""); err != nil {
+		b.Fatal(err)
+	}
+	first := time.Since(start)
+	syscall.Sync()
+	files := regularFiles(b, root)
+
+	if p := os.Getenv("WHARF_BENCH_CPUPROFILE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var cpu time.Duration
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		n++
+		changeTwoPercent(b, files, n)
+		syscall.Sync()
+		b.StartTimer()
+		c0 := bench.ProcessCPU()
+		if _, err := svc.createRepository(ctx, srv, "next-"+strconv.Itoa(n), ""); err != nil {
+			b.Fatal(err)
+		}
+		cpu += bench.ProcessCPU() - c0
+	}
+	b.StopTimer()
+	per := b.Elapsed() / time.Duration(n)
+	b.ReportMetric(first.Seconds(), "first-s")
+	b.ReportMetric(per.Seconds(), "second-s")
+	b.ReportMetric(cpu.Seconds()/float64(n), "second-cpu-s")
+	b.ReportMetric(100*per.Seconds()/first.Seconds(), "second-%-of-first")
+}
+
+// regularFiles lists the regular files under root, sorted.
+func regularFiles(tb testing.TB, root string) []string {
+	tb.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sort.Strings(files)
+	return files
+}
+
+// changeTwoPercent rewrites the first 4 KiB of every 50th file (a
+// different set each round) with random bytes.
+func changeTwoPercent(tb testing.TB, files []string, round int) {
+	tb.Helper()
+	buf := make([]byte, 4096)
+	for i := round % 50; i < len(files); i += 50 {
+		f, err := os.OpenFile(files[i], os.O_WRONLY, 0)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rand.Read(buf)
+		fi, err := f.Stat()
+		if err == nil {
+			_, err = f.WriteAt(buf[:min(int64(len(buf)), fi.Size())], 0)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
