@@ -76,6 +76,7 @@ type Store struct {
 	gcKeep   map[blobID]struct{}    // blobs of backups finished during a GC
 	rescans  int                    // scans of unindexed packs (tests)
 	bufs     bufPool                // chunk and blob buffers of the backups
+	latest   latestCache            // the manifests committed last, per server
 
 	afterMark func() // tests: runs between GC's reading of the manifests and its decision
 }
@@ -418,6 +419,9 @@ func (s *Store) Delete(server, backup string) error {
 	if !s.exists(name) {
 		return ErrNotFound
 	}
+	s.mu.Lock()
+	s.latest.dropBackup(server, backup)
+	s.mu.Unlock()
 	return s.b.Delete(ctx, name)
 }
 

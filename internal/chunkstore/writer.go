@@ -529,7 +529,8 @@ func (w *Writer) Commit() (Manifest, error) {
 	if err := w.storeIndex(); err != nil {
 		return Manifest{}, err
 	}
-	if err := s.checkIndexed(m); err != nil {
+	ids, err := s.checkIndexed(m)
+	if err != nil {
 		return Manifest{}, err
 	}
 	b, err := json.Marshal(m)
@@ -540,6 +541,10 @@ func (w *Writer) Commit() (Manifest, error) {
 		return Manifest{}, err
 	}
 	s.mu.Lock()
+	// The caller gets m: the cache keeps its own slices.
+	cm := m
+	cm.Chunks, cm.Files = slices.Clone(m.Chunks), slices.Clone(m.Files)
+	s.latest.put(&latestEntry{server: m.Server, m: cm, ids: ids, size: len(b)})
 	if s.gcActive {
 		for h := range w.pinned {
 			s.gcKeep[h] = struct{}{}
@@ -569,18 +574,30 @@ func (w *Writer) storeIndex() error {
 }
 
 // checkIndexed refuses to write a manifest naming a blob the repository
-// has no index entry for (a lost index: the unindexed packs are read).
-func (s *Store) checkIndexed(m Manifest) error {
-	for _, c := range m.Chunks {
+// has no index entry for (a lost index: the unindexed packs are read). It
+// returns the chunks' hashes, decoded.
+func (s *Store) checkIndexed(m Manifest) ([]blobID, error) {
+	ids := make([]blobID, len(m.Chunks))
+	var missing []int
+	s.mu.Lock()
+	for i, c := range m.Chunks {
 		h, err := parseHash(c.Hash)
 		if err != nil {
-			return err
+			s.mu.Unlock()
+			return nil, err
 		}
-		if _, ok := s.lookup(h); !ok {
-			return fmt.Errorf("chunk %s of the backup is not in the repository", c.Hash[:16])
+		ids[i] = h
+		if _, ok := s.idx[h]; !ok {
+			missing = append(missing, i)
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	for _, i := range missing { // lookup reads the unindexed packs once
+		if _, ok := s.lookup(ids[i]); !ok {
+			return nil, fmt.Errorf("chunk %s of the backup is not in the repository", m.Chunks[i].Hash[:16])
+		}
+	}
+	return ids, nil
 }
 
 // PrevFile is a file of an earlier backup with its entry's chunks.
@@ -602,10 +619,18 @@ func (w *Writer) LatestFiles(server string) map[string]PrevFile {
 	objs, _ := s.b.List(w.ctx, "snapshots/"+server+"/")
 	slices.SortFunc(objs, func(a, b ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
 	var latest *Manifest
+	var ids []blobID
 	for _, o := range objs {
 		srv, b, ok := manifestObject(o.Name)
 		if !ok || srv != server {
 			continue
+		}
+		s.mu.Lock()
+		e := s.latest.get(srv, b, o.Size)
+		s.mu.Unlock()
+		if e != nil { // this process committed it: no parsing (latest.go)
+			latest, ids = &e.m, e.ids
+			break
 		}
 		if m, err := s.Manifest(srv, b); err == nil && len(m.Files) > 0 {
 			latest = &m
@@ -616,9 +641,15 @@ func (w *Writer) LatestFiles(server string) map[string]PrevFile {
 		return nil
 	}
 	s.mu.Lock()
-	for _, c := range latest.Chunks {
-		if h, err := parseHash(c.Hash); err == nil {
+	if ids != nil {
+		for _, h := range ids {
 			s.pinLocked(h, w.pinned)
+		}
+	} else {
+		for _, c := range latest.Chunks {
+			if h, err := parseHash(c.Hash); err == nil {
+				s.pinLocked(h, w.pinned)
+			}
 		}
 	}
 	s.mu.Unlock()

@@ -1,0 +1,88 @@
+package chunkstore
+
+import "container/list"
+
+// The next backup of a server starts from the file index of its latest
+// one (LatestFiles). Parsing that manifest back from its JSON is most of a
+// small incremental backup's cost, so the Store keeps the manifests it
+// committed last, per server, in memory, with their chunks' hashes
+// decoded: LatestFiles uses one only when the newest manifest object of
+// the server is still that very backup (same name and size), else it reads
+// the object as before.
+//
+// Memory: a cached manifest holds what the parsed one would (estimated
+// ~330 bytes a file with the ~2 chunks a file of the game-server tree
+// has) plus 32 bytes a chunk; latestCacheFiles bounds the files of all cached manifests
+// together (the least recently used go first), ~90 MB at most. A server
+// of more files than that is never cached: its manifest is parsed.
+const latestCacheFiles = 256 << 10
+
+// latestEntry is a committed manifest kept for the next backup.
+type latestEntry struct {
+	server string
+	m      Manifest
+	ids    []blobID // the hashes of m.Chunks, decoded
+	size   int      // the manifest object's length
+}
+
+// latestCache is the committed manifests by server, least recently used
+// last. Guarded by Store.mu.
+type latestCache struct {
+	order *list.List // of *latestEntry
+	by    map[string]*list.Element
+	files int
+}
+
+func (c *latestCache) init() {
+	if c.by == nil {
+		c.order, c.by = list.New(), map[string]*list.Element{}
+	}
+}
+
+// put keeps e as the latest manifest of its server.
+func (c *latestCache) put(e *latestEntry) {
+	c.init()
+	c.drop(e.server)
+	if len(e.m.Files) == 0 || len(e.m.Files) > latestCacheFiles {
+		return
+	}
+	c.by[e.server] = c.order.PushFront(e)
+	c.files += len(e.m.Files)
+	for c.files > latestCacheFiles {
+		old := c.order.Back().Value.(*latestEntry)
+		c.drop(old.server)
+	}
+}
+
+// get is the cached manifest of server when it is backup, stored in size
+// bytes; nil otherwise.
+func (c *latestCache) get(server, backup string, size int64) *latestEntry {
+	c.init()
+	el, ok := c.by[server]
+	if !ok {
+		return nil
+	}
+	e := el.Value.(*latestEntry)
+	if e.m.Backup != backup || int64(e.size) != size {
+		return nil
+	}
+	c.order.MoveToFront(el)
+	return e
+}
+
+func (c *latestCache) drop(server string) {
+	c.init()
+	if el, ok := c.by[server]; ok {
+		c.files -= len(el.Value.(*latestEntry).m.Files)
+		c.order.Remove(el)
+		delete(c.by, server)
+	}
+}
+
+// dropBackup forgets the manifest of server when it is backup's.
+func (c *latestCache) dropBackup(server, backup string) {
+	c.init()
+	if el, ok := c.by[server]; ok && el.Value.(*latestEntry).m.Backup == backup {
+		c.drop(server)
+	}
+}

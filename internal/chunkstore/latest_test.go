@@ -1,0 +1,106 @@
+package chunkstore
+
+import (
+	"reflect"
+	"testing"
+)
+
+// writeIndexed writes files as backup id of srv, each file a segment in
+// the file index, and commits it on s.
+func writeIndexed(t *testing.T, s *Store, srv, id string, files [][2]string) Manifest {
+	t.Helper()
+	w := s.NewWriter(srv, id)
+	defer w.Abort()
+	for i, f := range files {
+		if err := w.Cut(); err != nil {
+			t.Fatal(err)
+		}
+		first := w.Len()
+		w.Write([]byte(f[1]))
+		w.Cut()
+		w.AddFile(File{Path: f[0], Size: int64(len(f[1])), Ino: uint64(i), SHA1: "00", First: first, Count: w.Len() - first})
+	}
+	m, err := w.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// latestOf is LatestFiles of srv in s, from a writer dropped after.
+func latestOf(s *Store, srv string) map[string]PrevFile {
+	w := s.NewWriter(srv, "probe")
+	defer w.Abort()
+	return w.LatestFiles(srv)
+}
+
+// TestLatestFilesCachedEqualsParsed: the file index LatestFiles gives from
+// the manifest this Store committed (kept in memory) is the one a fresh
+// Store parses from the manifest object; a deleted or overwritten latest
+// backup is not served from memory.
+func TestLatestFilesCachedEqualsParsed(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := randomFiles(3, 2<<20, 11)
+	for _, f := range randomFiles(40, 700, 12) {
+		files = append(files, [2]string{"small/" + f[0], f[1]})
+	}
+	writeIndexed(t, s, "srv", "b1", files)
+	writeIndexed(t, s, "other", "o1", files[:5])
+	cached := latestOf(s, "srv")
+	if s.latest.get("srv", "b1", -1) != nil || s.latest.by["srv"] == nil {
+		t.Fatal("the committed manifest is not kept (or get ignores the size)")
+	}
+	fresh, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed := latestOf(fresh, "srv")
+	if len(parsed) != len(files) || !reflect.DeepEqual(cached, parsed) {
+		t.Fatalf("cached file index (%d files) differs from the parsed one (%d files)", len(cached), len(parsed))
+	}
+	// Another process (here: another Store) overwrites b1 with fewer files.
+	writeIndexed(t, fresh, "srv", "b1", files[:4])
+	if got := latestOf(s, "srv"); len(got) != 4 {
+		t.Fatalf("after b1 was rewritten elsewhere: %d files, want 4", len(got))
+	}
+	// b1 is deleted: no file index, although b1 was cached.
+	writeIndexed(t, s, "srv", "b1", files)
+	if err := s.Delete("srv", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := latestOf(s, "srv"); got != nil {
+		t.Fatalf("after b1's deletion: %d files", len(got))
+	}
+	if got := latestOf(s, "other"); len(got) != 5 {
+		t.Fatalf("other server: %d files, want 5", len(got))
+	}
+}
+
+// TestLatestCacheBounded: the cache drops the least recently used
+// manifests beyond latestCacheFiles files, and never keeps a larger one.
+func TestLatestCacheBounded(t *testing.T) {
+	var c latestCache
+	entry := func(server string, files int) *latestEntry {
+		return &latestEntry{server: server, m: Manifest{Backup: "b", Files: make([]File, files)}}
+	}
+	c.put(entry("a", latestCacheFiles/2))
+	c.put(entry("b", latestCacheFiles/2))
+	if c.get("a", "b", 0) == nil { // a is now the most recently used
+		t.Fatal("a not cached")
+	}
+	c.put(entry("c", 10))
+	if c.get("b", "b", 0) != nil || c.get("a", "b", 0) == nil || c.get("c", "b", 0) == nil {
+		t.Fatal("the least recently used manifest (b) was not the one dropped")
+	}
+	if c.files != latestCacheFiles/2+10 {
+		t.Fatalf("files counted %d", c.files)
+	}
+	c.put(entry("a", latestCacheFiles+1))
+	if c.get("a", "b", 0) != nil || c.files != 10 {
+		t.Fatalf("a manifest over the bound is cached (files %d)", c.files)
+	}
+}
