@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -533,7 +532,7 @@ func (w *Writer) Commit() (Manifest, error) {
 	if err != nil {
 		return Manifest{}, err
 	}
-	b, err := json.Marshal(m)
+	b, err := encodeManifest(&m)
 	if err != nil {
 		return Manifest{}, err
 	}
