@@ -79,7 +79,7 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	w := st.NewWriter(srv.UUID(), backup)
 	defer w.Abort()
 	w.SetBare()
-	hook := &repoFiles{w: w, prev: w.LatestFiles(srv.UUID())}
+	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID())}
 	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
 		Ignore:      s.ignorePatterns(srv, ignore),
 		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
@@ -109,7 +109,7 @@ func (nopCloser) Close() error { return nil }
 // the chunks of a file whose stat is the one of the previous backup.
 type repoFiles struct {
 	w     *chunkstore.Writer
-	prev  map[string]chunkstore.PrevFile
+	prev  *chunkstore.FileIndex
 	start int
 	read  []string // files read (tests)
 }
@@ -133,7 +133,7 @@ func sameKey(a, b chunkstore.File) bool {
 }
 
 func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
-	p, ok := h.prev[rel]
+	p, ok := h.prev.Find(rel)
 	if !ok {
 		return nil, false
 	}

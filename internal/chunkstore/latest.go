@@ -86,3 +86,41 @@ func (c *latestCache) dropBackup(server, backup string) {
 		c.drop(server)
 	}
 }
+
+// FileIndex is the file index of a server's latest backup, for its next
+// backup (LatestIndex); one backup's own (Find keeps its place). The walk
+// visits the files in the order that backup recorded them, so Find first
+// tries the file after the last one it found: a map by path (a hash of
+// every path, ~20 ms for 32,000 files) is built only when that misses.
+type FileIndex struct {
+	m    *Manifest // read-only: may be the cached one
+	next int
+	by   map[string]int
+}
+
+// Find is the file of the index at path.
+func (x *FileIndex) Find(path string) (PrevFile, bool) {
+	if x == nil {
+		return PrevFile{}, false
+	}
+	i := x.next
+	if i >= len(x.m.Files) || x.m.Files[i].Path != path {
+		if x.by == nil {
+			x.by = make(map[string]int, len(x.m.Files))
+			for j, f := range x.m.Files {
+				x.by[f.Path] = j
+			}
+		}
+		var ok bool
+		if i, ok = x.by[path]; !ok {
+			return PrevFile{}, false
+		}
+	}
+	x.next = i + 1
+	f := x.m.Files[i]
+	cs, ok := x.m.Entry(f)
+	if !ok {
+		return PrevFile{}, false
+	}
+	return PrevFile{File: f, Chunks: cs}, true
+}

@@ -104,3 +104,42 @@ func TestLatestCacheBounded(t *testing.T) {
 		t.Fatalf("a manifest over the bound is cached (files %d)", c.files)
 	}
 }
+
+// TestFileIndexFind: Find gives what the map by path gives, whether the
+// paths come in the index's order, with new files between them, with
+// files left out, or in another order.
+func TestFileIndexFind(t *testing.T) {
+	m := &Manifest{Chunks: make([]Chunk, 10)}
+	for i, p := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		m.Files = append(m.Files, File{Path: p, First: i, Count: 1})
+	}
+	m.Files[5].Count = 99 // out of bounds: not reusable
+	want := func(p string) (int, bool) {
+		for _, f := range m.Files {
+			if f.Path == p && f.Path != "f" {
+				return f.First, true
+			}
+		}
+		return 0, false
+	}
+	for _, walk := range [][]string{
+		{"a", "b", "c", "d", "e", "f", "g"},
+		{"0", "a", "aa", "b", "c", "cc", "d", "e", "f", "g", "h"},
+		{"b", "d", "g"},
+		{"g", "a", "e", "c", "x", "b"},
+		{"a", "a", "b"},
+	} {
+		x := &FileIndex{m: m}
+		for _, p := range walk {
+			got, ok := x.Find(p)
+			first, wok := want(p)
+			if ok != wok || (ok && (got.Path != p || got.First != first || len(got.Chunks) != 1)) {
+				t.Fatalf("walk %v: Find(%q) = %+v %v, want first %d %v", walk, p, got, ok, first, wok)
+			}
+		}
+	}
+	var none *FileIndex
+	if _, ok := none.Find("a"); ok {
+		t.Fatal("a nil index finds a file")
+	}
+}

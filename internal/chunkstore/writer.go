@@ -605,15 +605,16 @@ type PrevFile struct {
 	Chunks []Chunk
 }
 
-// LatestFiles is the file index of the latest backup of server, by path;
-// nil when there is none with an index. Manifests are written once, so
-// the newest object is the latest backup: only it is parsed (a manifest
-// is large for a server of many files).
+// LatestIndex is the file index of the latest backup of server; nil when
+// there is none with an index. Manifests are written once, so the newest
+// object is the latest backup: only it is read (a manifest is large for a
+// server of many files), or taken from memory when this Store committed it
+// (latest.go).
 //
 // Every chunk of that backup is pinned for w, and only then is its
 // manifest checked to be still there: a blob a manifest names is removed
 // by no GC (see GC), so each reused chunk stays stored.
-func (w *Writer) LatestFiles(server string) map[string]PrevFile {
+func (w *Writer) LatestIndex(server string) *FileIndex {
 	s := w.s
 	objs, _ := s.b.List(w.ctx, "snapshots/"+server+"/")
 	slices.SortFunc(objs, func(a, b ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
@@ -655,9 +656,18 @@ func (w *Writer) LatestFiles(server string) map[string]PrevFile {
 	if !s.exists(manifestName(latest.Server, latest.Backup)) {
 		return nil // deleted meanwhile: its blobs may be gone
 	}
-	out := make(map[string]PrevFile, len(latest.Files))
-	for _, f := range latest.Files {
-		if cs, ok := latest.Entry(f); ok {
+	return &FileIndex{m: latest}
+}
+
+// LatestFiles is LatestIndex as a map by path.
+func (w *Writer) LatestFiles(server string) map[string]PrevFile {
+	x := w.LatestIndex(server)
+	if x == nil {
+		return nil
+	}
+	out := make(map[string]PrevFile, len(x.m.Files))
+	for _, f := range x.m.Files {
+		if cs, ok := x.m.Entry(f); ok {
 			out[f.Path] = PrevFile{File: f, Chunks: cs}
 		}
 	}
