@@ -10,7 +10,11 @@ import (
 // encoding/json, most of a small incremental backup's commit.
 // TestEncodeManifestIsJSON compares the two.
 func encodeManifest(m *Manifest) ([]byte, error) {
-	b := make([]byte, 0, 256+len(m.Chunks)*90+len(m.Files)*160)
+	n := 256 + len(m.Chunks)*(len(`{"h":"","n":},`)+64+8)
+	for i := range m.Files {
+		n += len(m.Files[i].Path) + 200 // the names, 10 numbers, the SHA-1
+	}
+	b := make([]byte, 0, n)
 	b = append(b, `{"version":`...)
 	b = strconv.AppendInt(b, int64(m.Version), 10)
 	b = append(b, `,"server":`...)

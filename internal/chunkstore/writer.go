@@ -463,13 +463,14 @@ func (w *Writer) handGroup() {
 // fileIndex turns the files' segment ranges into chunk ranges.
 func (w *Writer) fileIndex() error {
 	starts := append(w.segStarts, len(w.m.Chunks))
-	for _, f := range w.files {
+	for i := range w.files {
+		f := &w.files[i]
 		if f.First < 0 || f.Count < 0 || f.First+f.Count >= len(starts) {
 			return fmt.Errorf("file %s: segments %d+%d of %d", f.Path, f.First, f.Count, len(starts)-1)
 		}
 		f.First, f.Count = starts[f.First], starts[f.First+f.Count]-starts[f.First]
-		w.m.Files = append(w.m.Files, f)
 	}
+	w.m.Files, w.files = w.files, nil
 	return nil
 }
 
