@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"syscall"
@@ -25,7 +26,9 @@ import (
 // again: the timed part is that second backup (createRepository, as the
 // daemon runs it). It reports first-s, second-cpu-s and
 // second-%-of-first. WHARF_BENCH_CPUPROFILE=FILE profiles the second
-// backups only (go test's -cpuprofile would include the first).
+// backups only (go test's -cpuprofile would include the first), and
+// WHARF_BENCH_TRACE=FILE traces them (go tool trace -pprof=sync FILE: where
+// the walk waits).
 func BenchmarkRepositorySecondBackup(b *testing.B) {
 	mb := int64(1024)
 	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
@@ -64,6 +67,17 @@ func BenchmarkRepositorySecondBackup(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if p := os.Getenv("WHARF_BENCH_TRACE"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			b.Fatal(err)
+		}
+		defer trace.Stop()
 	}
 	var cpu time.Duration
 	n := 0
