@@ -1,6 +1,8 @@
 package chunkstore
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"reflect"
 	"testing"
 )
@@ -141,5 +143,33 @@ func TestFileIndexFind(t *testing.T) {
 	var none *FileIndex
 	if _, ok := none.Find("a"); ok {
 		t.Fatal("a nil index finds a file")
+	}
+}
+
+// TestCheckIndexed: a manifest naming a blob neither indexed nor the
+// backup's own is refused; one of the backup's own is not.
+func TestCheckIndexed(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := writeIndexed(t, s, "srv", "b1", randomFiles(2, 1000, 3))
+	h := blobID{1, 2, 3}
+	m.Chunks = append(m.Chunks, Chunk{Hash: hex.EncodeToString(h[:]), Len: 1})
+	if _, err := s.checkIndexed(m, nil); err == nil {
+		t.Fatal("a manifest naming an unknown blob passed")
+	}
+	ids, err := s.checkIndexed(m, map[blobID]struct{}{h: {}})
+	if err != nil || len(ids) != len(m.Chunks) || ids[len(ids)-1] != h {
+		t.Fatalf("with the blob the backup's own: %v", err)
+	}
+}
+
+// TestChunkListSHA1: the checksum is the SHA-1 of the chunk lines.
+func TestChunkListSHA1(t *testing.T) {
+	cs := []Chunk{{Hash: "aa", Len: 1}, {Hash: "bb", Len: 1 << 40}}
+	sum := sha1.Sum([]byte("aa 1\nbb 1099511627776\n"))
+	if got := ChunkListSHA1(cs); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("ChunkListSHA1 = %s", got)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -341,8 +342,12 @@ func (e *ChunkError) Unwrap() error { return e.Err }
 // without the stream being read (unchanged files are not).
 func ChunkListSHA1(cs []Chunk) string {
 	h := sha1.New()
-	for _, c := range cs {
-		fmt.Fprintf(h, "%s %d\n", c.Hash, c.Len)
+	var line []byte
+	for _, c := range cs { // fmt.Fprintf per chunk was ~10 ms for 37,000
+		line = append(line[:0], c.Hash...)
+		line = append(line, ' ')
+		line = strconv.AppendInt(line, c.Len, 10)
+		h.Write(append(line, '\n'))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -79,6 +79,7 @@ type Writer struct {
 	errMu   sync.Mutex
 	err     error
 	stopped bool
+	drained bool
 
 	// The appender's own.
 	pack packer
@@ -479,13 +480,7 @@ func (w *Writer) fileIndex() error {
 func (w *Writer) stop() error {
 	if !w.stopped {
 		w.stopped = true
-		if len(w.batch.parts) > 0 && w.failed() == nil {
-			w.send()
-		}
-		close(w.segs)
-		w.chunker.Wait()
-		w.workers.Wait()
-		w.app.Wait()
+		w.drain()
 		if w.failed() == nil {
 			w.flushPack()
 		}
@@ -493,6 +488,21 @@ func (w *Writer) stop() error {
 		w.up.Wait()
 	}
 	return w.failed()
+}
+
+// drain ends the chunking: every chunk has its hash, and is in the
+// repository or in this backup's packs (the last one not yet stored).
+func (w *Writer) drain() {
+	if !w.drained {
+		w.drained = true
+		if len(w.batch.parts) > 0 && w.failed() == nil {
+			w.send()
+		}
+		close(w.segs)
+		w.chunker.Wait()
+		w.workers.Wait()
+		w.app.Wait()
+	}
 }
 
 // Abort drops an unfinished backup (its packs go at the next GC).
@@ -508,35 +518,37 @@ func (w *Writer) Abort() {
 	w.packs = nil
 }
 
-// Commit stores the index of the backup's packs, then its manifest.
+// Commit stores the index of the backup's packs, then its manifest. The
+// manifest is made (and checked) while the last pack and the index are
+// stored: a small backup's commit is mostly those two Puts.
 func (w *Writer) Commit() (Manifest, error) {
 	defer w.Abort()
 	if err := w.Cut(); err != nil {
 		return Manifest{}, err
 	}
-	if err := w.stop(); err != nil {
-		return Manifest{}, err
+	w.drain()
+	var (
+		m     Manifest
+		ids   []blobID
+		b     []byte
+		perr  error
+		ready sync.WaitGroup
+	)
+	if w.failed() == nil {
+		ready.Go(func() { m, ids, b, perr = w.prepare() })
 	}
-	if err := w.fileIndex(); err != nil {
-		return Manifest{}, err
+	err := w.stop()
+	if err == nil {
+		err = w.storeIndex()
 	}
-	s, m := w.s, w.m
-	m.Size = 0
-	for _, c := range m.Chunks {
-		m.Size += c.Len
+	ready.Wait()
+	if err == nil {
+		err = perr
 	}
-	m.SHA1 = ChunkListSHA1(m.Chunks)
-	if err := w.storeIndex(); err != nil {
-		return Manifest{}, err
-	}
-	ids, err := s.checkIndexed(m)
 	if err != nil {
 		return Manifest{}, err
 	}
-	b, err := encodeManifest(&m)
-	if err != nil {
-		return Manifest{}, err
-	}
+	s := w.s
 	if err := s.b.Put(w.ctx, manifestName(m.Server, m.Backup), b); err != nil {
 		return Manifest{}, err
 	}
@@ -552,6 +564,26 @@ func (w *Writer) Commit() (Manifest, error) {
 	}
 	s.mu.Unlock()
 	return m, nil
+}
+
+// prepare makes the manifest of a drained backup: its file index, size
+// and checksum, its chunks' hashes decoded and checked, its encoding.
+func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
+	if err := w.fileIndex(); err != nil {
+		return Manifest{}, nil, nil, err
+	}
+	m := w.m
+	m.Size = 0
+	for _, c := range m.Chunks {
+		m.Size += c.Len
+	}
+	m.SHA1 = ChunkListSHA1(m.Chunks)
+	ids, err := w.s.checkIndexed(m, w.mine)
+	if err != nil {
+		return Manifest{}, nil, nil, err
+	}
+	b, err := encodeManifest(&m)
+	return m, ids, b, err
 }
 
 // storeIndex stores the index object of the backup's packs and adds them
@@ -574,9 +606,11 @@ func (w *Writer) storeIndex() error {
 }
 
 // checkIndexed refuses to write a manifest naming a blob the repository
-// has no index entry for (a lost index: the unindexed packs are read). It
-// returns the chunks' hashes, decoded.
-func (s *Store) checkIndexed(m Manifest) ([]blobID, error) {
+// has no index entry for (a lost index: the unindexed packs are read) and
+// that is not one of the backup's own (mine: in its packs, which Commit
+// indexes before it writes the manifest). It returns the chunks' hashes,
+// decoded.
+func (s *Store) checkIndexed(m Manifest, mine map[blobID]struct{}) ([]blobID, error) {
 	ids := make([]blobID, len(m.Chunks))
 	var missing []int
 	s.mu.Lock()
@@ -588,7 +622,9 @@ func (s *Store) checkIndexed(m Manifest) ([]blobID, error) {
 		}
 		ids[i] = h
 		if _, ok := s.idx[h]; !ok {
-			missing = append(missing, i)
+			if _, ok := mine[h]; !ok {
+				missing = append(missing, i)
+			}
 		}
 	}
 	s.mu.Unlock()
