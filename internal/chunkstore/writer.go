@@ -677,6 +677,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 	if latest == nil {
 		return nil
 	}
+	w.files = slices.Grow(w.files, len(latest.Files)) // most come again
 	s.mu.Lock()
 	if ids != nil {
 		for _, h := range ids {
