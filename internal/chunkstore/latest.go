@@ -10,11 +10,12 @@ import "container/list"
 // the server is still that very backup (same name and size), else it reads
 // the object as before.
 //
-// Memory: a cached manifest holds what the parsed one would (estimated
-// ~330 bytes a file with the ~2 chunks a file of the game-server tree
-// has) plus 32 bytes a chunk; latestCacheFiles bounds the files of all cached manifests
-// together (the least recently used go first), ~90 MB at most. A server
-// of more files than that is never cached: its manifest is parsed.
+// Memory: a cached manifest is the parsed one plus 32 bytes a chunk:
+// measured, 316 bytes a file for 32,000 files of 50-byte paths and 37,000
+// chunks (~190 bytes a file and ~130 a chunk). latestCacheFiles bounds
+// the files of all cached manifests together (the least recently used go
+// first): ~80 MB on such trees. A server of more files than that is never
+// cached (1M files would be ~0.3 GB): its manifest is parsed each time.
 const latestCacheFiles = 256 << 10
 
 // latestEntry is a committed manifest kept for the next backup.
