@@ -310,8 +310,8 @@ func TestBackupRepositoryS3PanelFlows(t *testing.T) {
 }
 
 // checkLayout checks that the bucket holds the repository's objects, all
-// under the prefix, with backup id's manifest, and that the backup
-// directory on local disk holds no file.
+// under the prefix, with backup id's manifest, and that the backup and
+// temporary directories on local disk hold no file.
 func (r *s3Repo) checkLayout(t *testing.T, id string) {
 	t.Helper()
 	kinds := map[string]int{}
@@ -331,6 +331,10 @@ func (r *s3Repo) checkLayout(t *testing.T, id string) {
 	}
 	if files := localFiles(t, r.Config.System.BackupDirectory); len(files) != 0 {
 		t.Fatalf("files under system.backup_directory: %v", files)
+	}
+	// Nor is anything staged in the temporary directory.
+	if files := localFiles(t, r.Config.System.TmpDirectory); len(files) != 0 {
+		t.Fatalf("files under system.tmp_directory: %v", files)
 	}
 	if _, err := os.Stat(r.Config.BackupRepositoryPath()); !os.IsNotExist(err) {
 		t.Fatalf("a local repository directory: %v", err)
