@@ -443,7 +443,8 @@ func (r *s3Repo) checkDelete(t *testing.T, id1, id2 string) {
 
 // TestBackupRepositoryS3WrongSecret: with a wrong secret key the backup is
 // reported failed, the daemon keeps running, and neither its log nor what
-// the panel is told contains the secret.
+// the panel is told contains the secret; restarted with the right secret,
+// the node backs up.
 func TestBackupRepositoryS3WrongSecret(t *testing.T) {
 	t.Parallel()
 	const secret = "wrong-secret-4e1d9c7a0b3f"
@@ -472,5 +473,20 @@ func TestBackupRepositoryS3WrongSecret(t *testing.T) {
 	}
 	if len(r.objects(t)) != 0 {
 		t.Fatalf("objects written with a wrong secret: %v", r.objects(t))
+	}
+
+	// Restarted with the right secret, the node backs up into the bucket:
+	// the failure left nothing behind that it trusts.
+	r.stop()
+	r.Config.System.Backups.Repository.S3.SecretAccessKey = r.store.Secret
+	if err := r.Config.Save(r.CfgPath); err != nil {
+		t.Fatal(err)
+	}
+	r.restart()
+	if st := r.backup(newBackupID(), "local", ""); !st.Successful {
+		t.Fatalf("backup with the right secret: %+v\n%s", st, r.log)
+	}
+	if len(r.objects(t)) == 0 {
+		t.Fatal("nothing in the bucket after a successful backup")
 	}
 }
