@@ -300,6 +300,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if err := w.failed(); err != nil {
 		return 0, err
 	}
+	if w.batch.data == nil {
+		w.batch.data = newBatchBuf()
+	}
 	w.batch.data = append(w.batch.data, p...)
 	if len(w.batch.data) >= segmentFlush {
 		// The open segment's bytes so far go as a part of it.
@@ -323,10 +326,14 @@ func (w *Writer) send() {
 	case b := <-w.free:
 		w.batch.data = b[:0]
 	default:
-		// Grows as needed; recycled buffers keep their size.
-		w.batch.data = make([]byte, 0, batchFlush+64<<10)
+		w.batch.data = newBatchBuf()
 	}
 }
+
+// newBatchBuf is a batch's buffer: room for the bytes at which a batch is
+// sent and the largest write the walk makes, so that a large file never
+// grows (copies) it. Only the pages a batch fills are ever touched.
+func newBatchBuf() []byte { return make([]byte, 0, segmentFlush+1<<20) }
 
 // sendFull hands the batch on when it is large enough.
 func (w *Writer) sendFull() {
