@@ -218,11 +218,24 @@ func WriteRepositoryArchive(ctx context.Context, w io.Writer, st *chunkstore.Sto
 // OpenRepositoryDownload opens the tar.gz of a repository backup of server;
 // ErrNotFound when there is none. The caller closes it.
 func (s *Service) OpenRepositoryDownload(server, backup string) (io.ReadCloser, error) {
+	return s.OpenRepositoryStream(context.Background(), server, backup)
+}
+
+// OpenRepositoryStream is OpenRepositoryDownload whose generation also
+// ends with ctx (a cancelled transfer that sends it).
+func (s *Service) OpenRepositoryStream(ctx context.Context, server, backup string) (io.ReadCloser, error) {
 	st, m, err := s.repoManifest(s.cfg.Get(), server, backup)
 	if err != nil {
 		return nil, err
 	}
-	return gzipStream(context.Background(), st, m, archive.LevelBestSpeed, s.cfg.Get().System.TmpDirectory), nil
+	return gzipStream(ctx, st, m, archive.LevelBestSpeed, s.cfg.Get().System.TmpDirectory), nil
+}
+
+// InRepository reports whether this node's repository holds backup of
+// server: nil if so, ErrNotFound if not (or there is no repository).
+func (s *Service) InRepository(server, backup string) error {
+	_, _, err := s.repoManifest(s.cfg.Get(), server, backup)
+	return err
 }
 
 // DamageError is a repository backup with damaged chunks.

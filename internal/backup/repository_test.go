@@ -1,8 +1,11 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -168,5 +171,54 @@ func TestRepositoryBackupReadsOnlyChangedFiles(t *testing.T) {
 	ofi, _ := os.Stat(filepath.Join(out, "c.txt"))
 	if !ofi.ModTime().Equal(fi.ModTime().Truncate(time.Second)) {
 		t.Fatalf("c.txt mtime %v, want %v", ofi.ModTime(), fi.ModTime())
+	}
+}
+
+// InRepository finds a repository backup of its server only, and the
+// stream OpenRepositoryStream opens is the signed download's bytes and
+// ends with its context (a cancelled transfer that sends it).
+func TestRepositoryStreamForTransfers(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "srv")
+	writeTree(t, root, map[string][]byte{"a.txt": []byte("a"), "sub/b.bin": randomData(2 << 20)})
+	srv := benchServer{tree.Open(t, root)}
+	var read []string
+	svc := repoService(t, dir, &read)
+	if _, err := svc.createRepository(context.Background(), srv, "b1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.InRepository(srv.UUID(), "b1"); err != nil {
+		t.Fatalf("InRepository: %v", err)
+	}
+	if err := svc.InRepository(srv.UUID(), "b2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("InRepository of a backup not there: %v", err)
+	}
+	if err := svc.InRepository("another-server", "b1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("InRepository of another server's backup: %v", err)
+	}
+	readAll := func(ctx context.Context) ([]byte, error) {
+		rc, err := svc.OpenRepositoryStream(ctx, srv.UUID(), "b1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	download, err := svc.OpenRepositoryDownload(srv.UUID(), "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := io.ReadAll(download)
+	download.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readAll(context.Background()); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the stream is not the download's bytes: %v (%d bytes, want %d)", err, len(got), len(want))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := readAll(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a stream whose context ended: %v", err)
 	}
 }

@@ -252,8 +252,21 @@ func readTail(r io.Reader, limit int) ([]byte, error) {
 	return buf, nil
 }
 
-// localBackup is a local backup a source sends.
-type localBackup struct{ id, path string }
+// localBackup is a local backup a source sends: the archive file at path,
+// or, when open is set, the stream it opens (a repository backup's tar.gz,
+// generated while it is sent).
+type localBackup struct {
+	id, path string
+	open     func(ctx context.Context) (io.ReadCloser, error)
+}
+
+// reader opens the backup's bytes; the caller closes them.
+func (b localBackup) reader(ctx context.Context) (io.ReadCloser, error) {
+	if b.open != nil {
+		return b.open(ctx)
+	}
+	return os.Open(b.path)
+}
 
 // outgoing is what a source sends after the archive and its checksums.
 type outgoing struct {
@@ -288,8 +301,16 @@ func (o outgoing) write(ctx context.Context, mw *multipart.Writer) error {
 	return err
 }
 
+// writeBackup sends one backup and its checksum, computed over the bytes
+// sent. A backup that cannot be read to its end (an unreadable archive, a
+// damaged repository backup) fails the transfer: the form is cut and the
+// target keeps nothing of it.
 func writeBackup(ctx context.Context, mw *multipart.Writer, b localBackup) error {
-	f, err := os.Open(b.path)
+	// The stream's own context ends with this send, so that a generating
+	// goroutine never outlives it (whichever way it ends).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f, err := b.reader(ctx)
 	if err != nil {
 		return fmt.Errorf("backup %s: %w", b.id, err)
 	}

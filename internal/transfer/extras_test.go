@@ -300,3 +300,85 @@ func TestReceivedBackupNeverReplaces(t *testing.T) {
 	}
 	assertNoStaging(t, dir)
 }
+
+// streamedBackup is a backup generated while it is sent: data, then err
+// (io.EOF for a whole backup). It records that it was closed and that its
+// context ended.
+type streamedBackup struct {
+	r        io.Reader
+	closed   bool
+	ctxEnded func() bool
+}
+
+func (s *streamedBackup) Read(p []byte) (int, error) { return s.r.Read(p) }
+func (s *streamedBackup) Close() error               { s.closed = true; return nil }
+
+func newStreamedBackup(data []byte, err error) (*streamedBackup, func(context.Context) (io.ReadCloser, error)) {
+	s := &streamedBackup{r: io.MultiReader(bytes.NewReader(data), errReader{err})}
+	return s, func(ctx context.Context) (io.ReadCloser, error) {
+		s.ctxEnded = func() bool { return ctx.Err() != nil }
+		return s, nil
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// A backup that is a stream (a repository backup's tar.gz) is sent with
+// the same parts and a checksum over the bytes sent, and is closed; one
+// that fails mid-stream (a damaged repository backup) fails the transfer
+// with an error naming it, is closed and its context ends, and the target
+// keeps nothing of it.
+func TestPushStreamedBackup(t *testing.T) {
+	srcDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(srcDir, "a.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	backupBytes := bytes.Repeat([]byte("streamed backup "), 50_000)
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"whole", io.EOF}, {"damaged", errors.New("chunk 0123 is damaged")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			backups := t.TempDir()
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mr, err := r.MultipartReader()
+				if err != nil {
+					http.Error(w, err.Error(), 400)
+					return
+				}
+				x := newExtras(backups, slog.Default())
+				defer x.discard()
+				err = receive(r.Context(), mr, newFS(t, t.TempDir()), archive.ExtractOptions{}, x)
+				if err == nil {
+					err = x.commit(testServer, t.TempDir())
+				}
+				if err != nil {
+					http.Error(w, err.Error(), 400)
+				}
+			}))
+			defer ts.Close()
+			s, open := newStreamedBackup(backupBytes, tc.err)
+			extra := outgoing{backups: []localBackup{{id: testBackup, open: open}}}
+			err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil, extra)
+			if !s.closed || !s.ctxEnded() {
+				t.Fatalf("the stream was not closed (%v) or its context did not end", s.closed)
+			}
+			got, rerr := os.ReadFile(filepath.Join(backups, testBackup+".tar.gz"))
+			if tc.err == io.EOF {
+				if err != nil || rerr != nil || !bytes.Equal(got, backupBytes) {
+					t.Fatalf("push: %v; the backup did not arrive intact: %v", err, rerr)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "backup "+testBackup) || !strings.Contains(err.Error(), "damaged") {
+				t.Fatalf("push of a damaged backup: %v", err)
+			}
+			if rerr == nil {
+				t.Fatal("the target kept a damaged backup")
+			}
+			assertNoStaging(t, backups)
+		})
+	}
+}

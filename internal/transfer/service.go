@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/http"
@@ -265,9 +266,12 @@ func (svc *Service) stream(t *Transfer, s *server.Server, url, token string, ext
 }
 
 // outgoingExtras finds the selected backups that are local to this node
-// and the server's install log. A selected backup not found here (one in an
-// object store, or gone) is skipped with a log line, as Pelican Wings' source
-// sends only the archives it finds.
+// and the server's install log. A backup in this node's repository goes as
+// the tar.gz its signed download serves, generated while it is sent; the
+// target stores it as an archive backup, which a target in either format
+// restores (Restore looks for an archive file first). A selected backup not
+// found here (one in an object store, or gone) is skipped with a log line,
+// as Pelican Wings' source sends only the archives it finds.
 func (svc *Service) outgoingExtras(s *server.Server, backups []string, log *slog.Logger) outgoing {
 	extra := outgoing{installLog: installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID())}
 	for _, id := range backups {
@@ -275,6 +279,13 @@ func (svc *Service) outgoingExtras(s *server.Server, backups []string, log *slog
 			break
 		}
 		path, err := svc.opts.Backups.Locate(s, id)
+		if errors.Is(err, backup.ErrNotFound) {
+			if err = svc.opts.Backups.InRepository(s.UUID(), id); err == nil {
+				log.Info("a backup selected for the transfer is in the repository; sent as an archive generated from it", "backup", id)
+				extra.backups = append(extra.backups, localBackup{id: id, open: svc.repositoryStream(s.UUID(), id)})
+				continue
+			}
+		}
 		if err != nil {
 			log.Info("a backup selected for the transfer is not on this node; not sent", "backup", id, "error", err)
 			continue
@@ -282,6 +293,13 @@ func (svc *Service) outgoingExtras(s *server.Server, backups []string, log *slog
 		extra.backups = append(extra.backups, localBackup{id: id, path: path})
 	}
 	return extra
+}
+
+// repositoryStream opens a repository backup's tar.gz when it is sent.
+func (svc *Service) repositoryStream(server, id string) func(context.Context) (io.ReadCloser, error) {
+	return func(ctx context.Context) (io.ReadCloser, error) {
+		return svc.opts.Backups.OpenRepositoryStream(ctx, server, id)
+	}
 }
 
 // everyProgressInterval calls report every ProgressInterval until the
