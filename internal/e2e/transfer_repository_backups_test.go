@@ -127,3 +127,45 @@ func relTree(t *testing.T, root string) map[string]string {
 	}
 	return out
 }
+
+// A selected repository backup that is damaged fails the transfer, as an
+// unreadable archive backup does: the source names the backup and the
+// damage (and the file it is in) and keeps the server, the target keeps
+// nothing of it.
+func TestTransferFailsOnDamagedRepositoryBackup(t *testing.T) {
+	const id = "7a0000b4-0000-4000-8000-0000000000b4"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
+		if name == "source" {
+			cfg.System.Backups.Format = config.BackupFormatRepository
+		}
+	})
+	writeFiles(t, c.Source.dataDir(id), map[string]string{"world.dat": "w", "region.bin": string(randomBytes(4 << 20))})
+	backupID := newBackupID()
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+backupID, 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+		t.Fatalf("the backup on the source failed\n%s", c.Source.log)
+	}
+	if damageLargestBlob(t, c.Source.repoDir()) == 0 {
+		t.Fatal("no blob to damage")
+	}
+	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
+		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{backupID},
+	}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("start transfer: %d %s", res.StatusCode, body)
+	}
+	c.waitReports(c.Source, id, []string{"failure"}, 60*time.Second)
+	c.waitReports(c.Target, id, []string{"failure"}, 60*time.Second)
+	c.Source.waitDaemonLog(`msg="transfer failed" server=`+id+` direction=outgoing error=.*backup `+backupID+`: .*region.bin: chunk [0-9a-f]+ \(at byte [0-9]+ of the backup\) is damaged`, 10*time.Second)
+	c.Target.assertGone(id)
+	c.Source.assertUsable(id)
+	entries, _ := os.ReadDir(c.Target.Config.System.BackupDirectory)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), backupID) || strings.HasPrefix(e.Name(), ".wharf-partial-") {
+			t.Fatalf("the target kept %s of a damaged backup", e.Name())
+		}
+	}
+}
