@@ -362,6 +362,7 @@ func TestPushStreamedBackup(t *testing.T) {
 			s, open := newStreamedBackup(backupBytes, tc.err)
 			extra := outgoing{backups: []localBackup{{id: testBackup, open: open}}}
 			err := push(context.Background(), ts.Client(), ts.URL, "x", newFS(t, srcDir), archive.LevelBestSpeed, nil, extra)
+			ts.Close() // waits for the target's handler to end
 			if !s.closed || !s.ctxEnded() {
 				t.Fatalf("the stream was not closed (%v) or its context did not end", s.closed)
 			}
