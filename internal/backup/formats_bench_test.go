@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
@@ -135,7 +136,8 @@ func profile(b *testing.B, name string) func() {
 }
 
 // BenchmarkRestoreFormats: a truncating restore of the game-server tree's
-// backup, archive and repository, into an empty directory, in process
+// backup, archive and repository, into an empty directory (over a copy of
+// the tree with WHARF_BENCH_RESTORE_OVER=1), in process
 // (WHARF_BENCH_PROFILE as for BenchmarkFirstBackupFormats, files
 // restore-<format>.pprof).
 func BenchmarkRestoreFormats(b *testing.B) {
@@ -169,6 +171,13 @@ func BenchmarkRestoreFormats(b *testing.B) {
 				out := filepath.Join(dir, format+"-out"+strconv.Itoa(i))
 				if err := os.Mkdir(out, 0o755); err != nil {
 					b.Fatal(err)
+				}
+				if os.Getenv("WHARF_BENCH_RESTORE_OVER") != "" {
+					// Over a copy of the tree, as the panel's restore of a
+					// live server truncates a full directory.
+					if out, err := exec.Command("cp", "-a", root+"/.", out).CombinedOutput(); err != nil {
+						b.Fatalf("cp: %v %s", err, out)
+					}
 				}
 				src := restoreSource(b, svc, srv, id)
 				stop := profile(b, "restore-"+format)
