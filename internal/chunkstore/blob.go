@@ -17,46 +17,29 @@ const (
 
 // encodeBlob returns the blob of plain.
 func encodeBlob(plain []byte) []byte {
-	return encodeBlobTo(make([]byte, blobBound(len(plain))), plain)
+	out := make([]byte, blobBound(len(plain)))
+	if b := compress(out, plain); b != nil {
+		return b
+	}
+	out[0] = blobRaw
+	return append(out[:1], plain...)
 }
 
 // blobBound is the largest blob of n plain bytes.
 func blobBound(n int) int { return 1 + s2.MaxEncodedLen(n) }
 
-// probeLen is the size of each of the three samples that decide whether
-// a large chunk is worth compressing.
-const probeLen = 4 << 10
-
-// incompressible says whether samples of plain's start, middle and end
-// save less than 1/32 under S2: then the whole chunk would (jars, packed
-// worlds), and encoding it would cost as much as hashing it, for nothing.
-func incompressible(plain []byte) bool {
-	if len(plain) < 16*probeLen {
-		return false
-	}
-	var z [2 * probeLen]byte // more than s2.MaxEncodedLen(probeLen)
-	in, out := 0, 0
-	for _, at := range []int{0, len(plain)/2 - probeLen/2, len(plain) - probeLen} {
-		in += probeLen
-		out += len(s2.Encode(z[:], plain[at:at+probeLen]))
-	}
-	return out >= in-in/32
-}
-
-// encodeBlobTo encodes plain into out (blobBound long).
-func encodeBlobTo(out, plain []byte) []byte {
-	if incompressible(plain) {
-		out[0] = blobRaw
-		return append(out[:1], plain...)
-	}
+// compress encodes plain into out (blobBound long) and returns the blob,
+// or nil when S2 saves less than 1/32: the chunk is then stored raw. S2
+// gives up on incompressible input quickly, so judging a chunk by
+// compressing samples of it first cost more than it saved (the sampling
+// is gone: 590 to 730 MB/s on the chunks of the test tree).
+func compress(out, plain []byte) []byte {
 	z := s2.Encode(out[1:], plain)
-	// Keep the compressed form only when it saves at least 1/32.
 	if len(z) < len(plain)-len(plain)/32 {
 		out[0] = blobS2
 		return out[:1+len(z)]
 	}
-	out[0] = blobRaw
-	return append(out[:1], plain...)
+	return nil
 }
 
 // decodeBlob returns the plain bytes of blob b, which must be plainLen

@@ -178,17 +178,21 @@ func (w *Writer) work() {
 func (w *Writer) hashAndEncode(p *pending) {
 	p.h = sha256.Sum256(p.data)
 	// An indexed blob is pinned and not compressed again.
-	// An incompressible chunk goes to the pack as it is (no copy into
-	// a blob first): the appender writes its kind byte and returns it.
 	p.known = w.s.pinIfIndexed(p.h, w.pinned)
-	switch {
-	case !p.known && incompressible(p.data):
-		p.blob, p.raw = p.data, true
-	case !p.known:
-		p.blob = encodeBlobTo(w.s.bufs.get(blobBound(len(p.data))), p.data)
-		fallthrough
-	default:
+	if p.known {
 		w.s.bufs.put(p.data)
+		p.data = nil
+		return
+	}
+	buf := w.s.bufs.get(blobBound(len(p.data)))
+	if p.blob = compress(buf, p.data); p.blob != nil {
+		w.s.bufs.put(p.data)
+	} else {
+		// Incompressible: the chunk goes to the pack as it is (no copy
+		// into a blob first); the appender writes its kind byte and
+		// returns it.
+		w.s.bufs.put(buf)
+		p.blob, p.raw = p.data, true
 	}
 	p.data = nil
 }
