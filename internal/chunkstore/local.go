@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wharf/wharf/internal/atomicfile"
 )
 
@@ -60,7 +62,26 @@ func (b *LocalBackend) Put(ctx context.Context, name string, data []byte) error 
 	if err := b.mkdirs(filepath.Dir(p)); err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(p, data, 0o600)
+	if err := atomicfile.WriteFile(p, data, 0o600); err != nil {
+		return err
+	}
+	dropCache(p)
+	return nil
+}
+
+// dropCache tells the kernel that the pages of the file at p, synced
+// already, are not needed: a backup writes gigabytes that are read again
+// only by a restore, and keeping them cached would push out what the game
+// servers read (the archive format leaves that to the kernel's
+// writeback). It also lets the next pack reuse the pages just freed
+// instead of new ones. Best effort.
+func dropCache(p string) {
+	f, err := os.Open(p)
+	if err != nil {
+		return
+	}
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+	_ = f.Close()
 }
 
 // mkdirs creates dir and its missing parents, fsyncing the parent of each
