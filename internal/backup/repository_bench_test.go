@@ -2,14 +2,11 @@ package backup
 
 import (
 	"context"
-	"crypto/rand"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
-	"sort"
 	"strconv"
 	"syscall"
 	"testing"
@@ -55,7 +52,7 @@ func BenchmarkRepositorySecondBackup(b *testing.B) {
 	}
 	first := time.Since(start)
 	syscall.Sync()
-	files := regularFiles(b, root)
+	files := tree.RegularFiles(b, root)
 
 	if p := os.Getenv("WHARF_BENCH_CPUPROFILE"); p != "" {
 		f, err := os.Create(p)
@@ -85,7 +82,7 @@ func BenchmarkRepositorySecondBackup(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		n++
-		changeTwoPercent(b, files, n)
+		tree.ChangeTwoPercent(b, files, n)
 		syscall.Sync()
 		b.StartTimer()
 		c0 := bench.ProcessCPU()
@@ -100,45 +97,4 @@ func BenchmarkRepositorySecondBackup(b *testing.B) {
 	b.ReportMetric(per.Seconds(), "second-s")
 	b.ReportMetric(cpu.Seconds()/float64(n), "second-cpu-s")
 	b.ReportMetric(100*per.Seconds()/first.Seconds(), "second-%-of-first")
-}
-
-// regularFiles lists the regular files under root, sorted.
-func regularFiles(tb testing.TB, root string) []string {
-	tb.Helper()
-	var files []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			files = append(files, p)
-		}
-		return err
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	sort.Strings(files)
-	return files
-}
-
-// changeTwoPercent rewrites the first 4 KiB of every 50th file (a
-// different set each round) with random bytes.
-func changeTwoPercent(tb testing.TB, files []string, round int) {
-	tb.Helper()
-	buf := make([]byte, 4096)
-	for i := round % 50; i < len(files); i += 50 {
-		f, err := os.OpenFile(files[i], os.O_WRONLY, 0)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rand.Read(buf)
-		fi, err := f.Stat()
-		if err == nil {
-			_, err = f.WriteAt(buf[:min(int64(len(buf)), fi.Size())], 0)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
 }

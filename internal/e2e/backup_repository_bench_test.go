@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"crypto/rand"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"syscall"
 	"testing"
@@ -29,34 +27,6 @@ func dirBytes(tb testing.TB, dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-// changeFiles rewrites the first 4 KiB of every 50th regular file (2 %),
-// as a game rewrites region files: sizes stay, contents and mtimes change.
-func changeFiles(tb testing.TB, root string, round int) {
-	tb.Helper()
-	var files []string
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			files = append(files, p)
-		}
-		return nil
-	})
-	sort.Strings(files)
-	buf := make([]byte, 4096)
-	for i := round % 50; i < len(files); i += 50 {
-		f, err := os.OpenFile(files[i], os.O_WRONLY, 0)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		rand.Read(buf)
-		fi, _ := f.Stat()
-		_, err = f.WriteAt(buf[:min(int64(len(buf)), fi.Size())], 0)
-		f.Close()
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
 }
 
 // BenchmarkBackupFormats1GiB: archive against repository, from the outside
@@ -104,11 +74,11 @@ func benchBackupFormat(b *testing.B, format string, treeMB int64) {
 	var last string
 	first, firstCPU := timed()
 	size1 := dirBytes(b, store)
-	changeFiles(b, dir, 1)
+	tree.ChangeTwoPercent(b, tree.RegularFiles(b, dir), 1)
 	second, secondCPU := timed()
 	size2 := dirBytes(b, store)
 	for i := 2; i < 10; i++ {
-		changeFiles(b, dir, i)
+		tree.ChangeTwoPercent(b, tree.RegularFiles(b, dir), i)
 		id := newBackupID()
 		if st := n.backup(id, "local", ""); !st.Successful {
 			b.Fatal("backup failed")
