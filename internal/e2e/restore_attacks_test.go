@@ -1,12 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
 // A game process replaces a directory of its server by a link to outside
@@ -48,5 +53,61 @@ func TestRestoreDoesNotWriteThroughAParentSwappedForALink(t *testing.T) {
 		if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != want {
 			t.Fatalf("%s = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// A server owner plants a file named like the integrity entry at the root
+// of the server, with forged lines (a wrong sum for a real file, a name
+// leading out). The repository stores streams bare, so the planted file is
+// an ordinary file of the backup: a restore from the repository puts it
+// back as it was and writes nothing else, and the signed download (sealed
+// with the real entry) leaves it out, as an archive backup does, and
+// extracts verified.
+func TestRepositoryBackupWithAPlantedIntegrityEntry(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{
+		fake:    true,
+		servers: []devpanel.Server{gameServer(backupServer)},
+		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
+	})
+	dir := n.serverDir(backupServer)
+	forged := "0000000000000000000000000000000000000000  a.txt\n" +
+		"da39a3ee5e6b4b0d3255bfef95601890afd80709  ../../outside.txt\n"
+	writeFiles(t, dir, map[string]string{"a.txt": "the real a", "sub/b.txt": "b", archive.ManifestName: forged})
+	id := newBackupID()
+	if st := n.backup(id, "local", ""); !st.Successful {
+		t.Fatalf("backup failed\n%s", n.log)
+	}
+
+	code, body := n.download(id)
+	if code != 200 {
+		t.Fatalf("download: %d %s", code, body)
+	}
+	out := t.TempDir()
+	res, err := archive.Extract(context.Background(), bytes.NewReader(body), tree.Open(t, out), archive.ExtractOptions{})
+	if err != nil || !res.Verified {
+		t.Fatalf("the download does not extract verified: %v (verified %v)", err, res.Verified)
+	}
+	if _, err := os.Lstat(filepath.Join(out, archive.ManifestName)); err == nil {
+		t.Fatal("the download carried the planted file as a file")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "a.txt")); string(b) != "the real a" {
+		t.Fatalf("a.txt from the download = %q", b)
+	}
+
+	writeFiles(t, dir, map[string]string{"a.txt": "changed", archive.ManifestName: "changed too"})
+	if code := n.restoreBackup(id, true); code != 202 {
+		t.Fatalf("restore: %d", code)
+	}
+	if !n.waitRestoreStatus(id, 60*time.Second) {
+		t.Fatalf("restore failed\n%s", n.log)
+	}
+	for name, want := range map[string]string{"a.txt": "the real a", "sub/b.txt": "b", archive.ManifestName: forged} {
+		if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != want {
+			t.Fatalf("%s after the restore = %q, want %q", name, got, want)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(filepath.Dir(dir)), "outside.txt")); err == nil {
+		t.Fatal("the restore wrote outside the server")
 	}
 }
