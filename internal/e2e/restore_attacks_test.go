@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,5 +110,67 @@ func TestRepositoryBackupWithAPlantedIntegrityEntry(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(filepath.Dir(filepath.Dir(dir)), "outside.txt")); err == nil {
 		t.Fatal("the restore wrote outside the server")
+	}
+}
+
+// A hostile tree through the repository format, end to end: a FIFO (a
+// backup must not block on it), a chain of directories far deeper than the
+// walk's held descriptors with a file at the bottom, and a link to outside
+// the server. The backup succeeds; a truncating restore from the
+// repository (its stream extracted as stored, without gzip or per-file
+// hashes) puts back the deep file and the link as a link, makes no FIFO
+// and writes nothing outside.
+func TestRepositoryBackupAndRestoreOfAHostileTree(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{
+		fake:    true,
+		servers: []devpanel.Server{gameServer(backupServer)},
+		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
+	})
+	dir := n.serverDir(backupServer)
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deep := dir
+	for range 300 {
+		deep = filepath.Join(deep, "d")
+	}
+	if err := os.MkdirAll(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, deep, map[string]string{"bottom.txt": "the bottom"})
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(dir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	id := newBackupID()
+	if st := n.backup(id, "local", ""); !st.Successful {
+		t.Fatalf("backup failed\n%s", n.log)
+	}
+
+	if err := os.RemoveAll(filepath.Join(dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"new.txt": "made after the backup"})
+	if code := n.restoreBackup(id, true); code != 202 {
+		t.Fatalf("restore: %d", code)
+	}
+	if !n.waitRestoreStatus(id, 60*time.Second) {
+		t.Fatalf("restore failed\n%s", n.log)
+	}
+	if b, _ := os.ReadFile(filepath.Join(deep, "bottom.txt")); string(b) != "the bottom" {
+		t.Fatalf("the deep file after the restore = %q", b)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "out")); err != nil || target != outside {
+		t.Fatalf("the link after the restore: %q %v", target, err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "pipe")); err == nil {
+		t.Fatal("the restore made the FIFO")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "new.txt")); err == nil {
+		t.Fatal("the truncating restore kept a file made after the backup")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("the backup or restore wrote %d entries outside the server", len(ents))
 	}
 }
