@@ -41,6 +41,15 @@ func (s benchServer) BeginJob(ctx context.Context, _ server.Job) (context.Contex
 }
 func (s benchServer) StopForJob(context.Context, time.Duration) error { return nil }
 
+// benchTreeMB is the size of the benchmarks' game-server tree in MiB:
+// WHARF_BENCH_TREE_MB, 1 GiB by default.
+func benchTreeMB() int64 {
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
+		return int64(v)
+	}
+	return 1024
+}
+
 // benchPartSize is the part size the fake panel hands out. (The panels'
 // default is 5 GiB, one part for most servers: nothing to upload side by
 // side. Operators who want parallel uploads lower it.)
@@ -56,10 +65,7 @@ const benchPartSize = 64 << 20
 // reached: each connection carries at most wanConnRate and every request
 // waits wanRTT first.
 func BenchmarkObjectStoreBackup(b *testing.B) {
-	mb := int64(1024)
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
-		mb = int64(v)
-	}
+	mb := benchTreeMB()
 	dir := b.TempDir()
 	total, err := tree.GameServer(filepath.Join(dir, "src"), mb<<20)
 	if err != nil {

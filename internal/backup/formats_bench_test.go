@@ -28,10 +28,7 @@ import (
 // figures BackupFormats1GiB measures from the outside. WHARF_BENCH_TREE_MB
 // scales the tree (1 GiB by default).
 func BenchmarkFirstBackupFormats(b *testing.B) {
-	mb := int64(1024)
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
-		mb = int64(v)
-	}
+	mb := benchTreeMB()
 	dir := b.TempDir()
 	root := filepath.Join(dir, "server")
 	// WHARF_BENCH_TREE names a tree made by an earlier run, for runs of

@@ -27,10 +27,7 @@ import (
 // WHARF_BENCH_TRACE=FILE traces them (go tool trace -pprof=sync FILE: where
 // the walk waits).
 func BenchmarkRepositorySecondBackup(b *testing.B) {
-	mb := int64(1024)
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_TREE_MB")); err == nil && v > 0 {
-		mb = int64(v)
-	}
+	mb := benchTreeMB()
 	dir := b.TempDir()
 	root := filepath.Join(dir, "src")
 	if _, err := tree.GameServer(root, mb<<20); err != nil {

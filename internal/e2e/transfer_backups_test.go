@@ -36,13 +36,7 @@ func transferCarriesBackups(t *testing.T, live bool) {
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(_ string, cfg *config.Config) { cfg.System.Transfers.Live = live })
 	writeFiles(t, c.Source.dataDir(id), map[string]string{"world.dat": "the world as backed up", "sub/b.txt": "b"})
 	backupID, missing := newBackupID(), newBackupID()
-	res, body := c.Source.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-	if res.StatusCode != 202 {
-		t.Fatalf("backup: %d %s", res.StatusCode, body)
-	}
-	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+backupID, 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-		t.Fatalf("the backup on the source failed\n%s", c.Source.log)
-	}
+	c.backupOnSource(t, id, backupID)
 	srcArchive, err := os.ReadFile(filepath.Join(c.Source.Config.System.BackupDirectory, backupID+".tar.gz"))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +53,7 @@ func transferCarriesBackups(t *testing.T, live bool) {
 
 	// A backup that is not a UUID is the panel's mistake: 422, as the
 	// other fields of the request, and nothing starts.
-	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
 		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{"../" + backupID},
 	}, "")
 	if res.StatusCode != 422 || !strings.Contains(string(body), "backups must be backup UUIDs") {
@@ -104,6 +98,19 @@ func transferCarriesBackups(t *testing.T, live bool) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(c.Target.dataDir(id), "world.dat")); string(b) != "the world as backed up" {
 		t.Fatalf("world.dat after the restore: %q", b)
+	}
+}
+
+// backupOnSource makes a local backup of server id on the source node
+// through the API and waits until the panel is told it succeeded.
+func (c *cluster) backupOnSource(t *testing.T, id, backupID string) {
+	t.Helper()
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+backupID, 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+		t.Fatalf("the backup on the source failed\n%s", c.Source.log)
 	}
 }
 

@@ -38,20 +38,14 @@ func TestTransferCarriesRepositoryBackups(t *testing.T) {
 		t.Fatal(err)
 	}
 	backupID := newBackupID()
-	res, body := c.Source.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-	if res.StatusCode != 202 {
-		t.Fatalf("backup: %d %s", res.StatusCode, body)
-	}
-	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+backupID, 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-		t.Fatalf("the backup on the source failed\n%s", c.Source.log)
-	}
+	c.backupOnSource(t, id, backupID)
 	atBackup := relTree(t, c.Source.dataDir(id))
 	if _, err := os.Stat(filepath.Join(c.Source.Config.System.BackupDirectory, backupID+".tar.gz")); err == nil {
 		t.Fatal("the source made an archive backup: the test needs a repository one")
 	}
 	writeFiles(t, c.Source.dataDir(id), map[string]string{"world.dat": "the world after the backup", "new.txt": "new"})
 
-	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
 		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{backupID},
 	}, "")
 	if res.StatusCode != 202 {
@@ -142,17 +136,11 @@ func TestTransferFailsOnDamagedRepositoryBackup(t *testing.T) {
 	})
 	writeFiles(t, c.Source.dataDir(id), map[string]string{"world.dat": "w", "region.bin": string(randomBytes(4 << 20))})
 	backupID := newBackupID()
-	res, body := c.Source.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-	if res.StatusCode != 202 {
-		t.Fatalf("backup: %d %s", res.StatusCode, body)
-	}
-	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+backupID, 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-		t.Fatalf("the backup on the source failed\n%s", c.Source.log)
-	}
+	c.backupOnSource(t, id, backupID)
 	if damageLargestBlob(t, c.Source.repoDir()) == 0 {
 		t.Fatal("no blob to damage")
 	}
-	res, body = c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/transfer", map[string]any{
 		"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id), "backups": []string{backupID},
 	}, "")
 	if res.StatusCode != 202 {
