@@ -1,0 +1,61 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// RemoveEntry removes the entry d that Walk is reporting at rel (a
+// directory with everything below it; a link as a link) through the
+// descriptor of the directory the walk listed it in: no path is resolved
+// again, however deep the entry, and a directory on its way swapped for a
+// link since is not followed. What it frees is released from the usage. A
+// denied entry is refused (ErrDenied); for a directory, one holding a
+// denied name too (see checkDenyTree). It must be called from the walk's
+// fn for that entry, which should then return fs.SkipDir for a directory;
+// any other d is removed by name (RemoveAll).
+func (f *FS) RemoveEntry(ctx context.Context, rel string, d fs.DirEntry) error {
+	e, ok := f.entryOf(d)
+	if !ok {
+		return f.RemoveAll(ctx, rel)
+	}
+	const op = "remove"
+	rel = strings.TrimPrefix(rel, "/")
+	if f.DeniedWalkEntry(rel, d) {
+		return newErr(op, rel, ErrDenied)
+	}
+	if e.IsDir() {
+		if err := f.checkDenyTree(ctx, op, rel, ""); err != nil {
+			return err
+		}
+	}
+	// The walked directory as a root for removeTree, opened through the
+	// process's own descriptor table: the same directory, not a path.
+	parent, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(e.dir.fd))
+	if err != nil {
+		return wrap(op, rel, err)
+	}
+	defer parent.Close()
+	if got, err := parent.Stat("."); err != nil || !isInode(got, e.dir.id) {
+		if err == nil {
+			err = ErrOutsideRoot
+		}
+		return wrap(op, rel, err)
+	}
+	freed, err := f.s.removeTree(ctx, parent, e.name)
+	f.s.release(freed)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return wrapRemove(rel, err)
+	}
+	return nil
+}
+
+func isInode(fi fs.FileInfo, id inode) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && inode{uint64(st.Dev), st.Ino} == id
+}
