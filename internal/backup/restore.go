@@ -147,10 +147,14 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	// Extract reads ahead in large buffers itself.
 	r := io.Reader(src)
 	repo, fromRepo := src.(*repoSource)
+	var names *archive.Names
 	if fromRepo && req.TruncateDirectory {
-		// As for an archive: a damaged backup changes nothing.
-		if d := repo.st.Check(repo.m); d != nil {
-			return archive.ExtractResult{}, &DamageError{D: d}
+		// As for an archive: a damaged backup changes nothing. Reading it
+		// whole also tells what it writes, so that the files it writes
+		// again need not be removed first (see archive.Prune).
+		var err error
+		if names, err = repo.names(ctx); err != nil {
+			return archive.ExtractResult{}, err
 		}
 	}
 	if req.TruncateDirectory && req.Adapter == Local && !fromRepo {
@@ -181,7 +185,12 @@ func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, s
 	if req.TruncateDirectory {
 		// For a download, the archive is known to be readable once its
 		// first entry was read: only then is the directory emptied.
-		opts.Ready = func() error { return files.RemoveAll(ctx, ".") }
+		opts.Ready = func() error {
+			if names != nil {
+				return archive.Prune(ctx, files, names)
+			}
+			return files.RemoveAll(ctx, ".")
+		}
 	}
 	res, err := archive.Extract(ctx, r, files, opts)
 	// The extractor may wrap the chunk error in its own: check the
@@ -199,4 +208,20 @@ type repoSource struct {
 	io.ReadCloser
 	st *chunkstore.Store
 	m  chunkstore.Manifest
+}
+
+// names reads the whole backup, every chunk checked, and returns the names
+// its extraction writes (nil for a backup of more entries than
+// archive.Names holds). A damaged backup is a *DamageError.
+func (r *repoSource) names(ctx context.Context) (*archive.Names, error) {
+	rd := r.st.Reader(r.m)
+	defer rd.Close()
+	names, err := archive.ListNames(ctx, rd, archive.ExtractOptions{Plain: true, NoManifest: r.m.Bare})
+	if err == nil || ctx.Err() != nil {
+		return names, err
+	}
+	if d := r.st.Check(r.m); d != nil {
+		return nil, &DamageError{D: d}
+	}
+	return nil, err
 }

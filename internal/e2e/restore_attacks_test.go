@@ -174,3 +174,78 @@ func TestRepositoryBackupAndRestoreOfAHostileTree(t *testing.T) {
 		t.Fatalf("the backup or restore wrote %d entries outside the server", len(ents))
 	}
 }
+
+// A truncating restore from the repository keeps the files the backup
+// writes again and rewrites them in place (archive.Prune): what a game
+// leaves in their place between the backup and the restore must not
+// survive it, block it or lead it outside. Two names of one file (a hard
+// link made by the game), a link to a host file where a file goes, a FIFO
+// where a file goes, a link to a host directory where a directory goes,
+// and a tree 300 levels deep the backup lacks.
+func TestTruncatingRepositoryRestoreOverWhatAGameLeft(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{
+		fake:    true,
+		servers: []devpanel.Server{gameServer(backupServer)},
+		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
+	})
+	dir := n.serverDir(backupServer)
+	want := map[string]string{
+		"a.txt": "A", "b.txt": "B", "config.yml": "motd: hi",
+		"world/level.dat": "level", "plugins/p.jar": "jar",
+	}
+	writeFiles(t, dir, want)
+	id := newBackupID()
+	if st := n.backup(id, "local", ""); !st.Successful {
+		t.Fatalf("backup failed\n%s", n.log)
+	}
+
+	outside := t.TempDir()
+	hostFile := filepath.Join(outside, "host.txt")
+	writeFiles(t, outside, map[string]string{"host.txt": "host"})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Remove(filepath.Join(dir, "a.txt")))
+	must(os.Link(filepath.Join(dir, "b.txt"), filepath.Join(dir, "a.txt")))
+	must(os.Remove(filepath.Join(dir, "config.yml")))
+	must(os.Symlink(hostFile, filepath.Join(dir, "config.yml")))
+	must(os.Remove(filepath.Join(dir, "world", "level.dat")))
+	must(syscall.Mkfifo(filepath.Join(dir, "world", "level.dat"), 0o644))
+	must(os.RemoveAll(filepath.Join(dir, "plugins")))
+	must(os.Symlink(outside, filepath.Join(dir, "plugins")))
+	deep := dir
+	for range 300 {
+		deep = filepath.Join(deep, "d")
+	}
+	must(os.MkdirAll(deep, 0o755))
+	writeFiles(t, deep, map[string]string{"bottom.txt": "made after the backup"})
+
+	if code := n.restoreBackup(id, true); code != 202 {
+		t.Fatalf("restore: %d", code)
+	}
+	if !n.waitRestoreStatus(id, 60*time.Second) {
+		t.Fatalf("restore failed\n%s", n.log)
+	}
+	for name, body := range want {
+		fi, err := os.Lstat(filepath.Join(dir, name))
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Fatalf("%s after the restore: %v %v", name, fi, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != body {
+			t.Fatalf("%s after the restore = %q, want %q", name, b, body)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "d")); err == nil {
+		t.Fatal("the truncating restore kept a tree made after the backup")
+	}
+	if b, _ := os.ReadFile(hostFile); string(b) != "host" {
+		t.Fatalf("the host file = %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Fatalf("the restore wrote into the host directory: %d entries", len(ents))
+	}
+}
