@@ -46,7 +46,8 @@ lint:
 # files: listing them with go test -list would build every package's tests again.
 # A run that fails without writing a failing input is the fuzzing engine's own
 # time-out under load, not a finding: it is run once more, and fails the build if
-# it fails again.
+# it fails again. A new input is minimized for at most a second (the default, a
+# minute, outlasts FUZZTIME and stalls a worker past the deadline).
 FUZZTIME ?= 5s
 FUZZBIN  ?= $(or $(TMPDIR),/tmp)/wharf-fuzz
 fuzz:
@@ -58,7 +59,7 @@ fuzz:
 	  $(GO) test -c -fuzz . -o $$bin $$pkg; \
 	  for f in $$targets; do \
 	    echo "fuzz $$pkg $$f"; \
-	    run="$$bin -test.run ^$$ -test.fuzz ^$$f$$ -test.fuzztime $(FUZZTIME) -test.parallel 2 -test.fuzzcachedir $$cache/$$pkg"; \
+	    run="$$bin -test.run ^$$ -test.fuzz ^$$f$$ -test.fuzztime $(FUZZTIME) -test.fuzzminimizetime 1s -test.parallel 2 -test.fuzzcachedir $$cache/$$pkg"; \
 	    out=$$(cd $$dir && $$run 2>&1) || { \
 	      echo "$$out"; \
 	      case "$$out" in *"Failing input written"*) exit 1 ;; esac; \
