@@ -25,12 +25,23 @@ import (
 // second-%-of-first. WHARF_BENCH_CPUPROFILE=FILE profiles the second
 // backups only (go test's -cpuprofile would include the first), and
 // WHARF_BENCH_TRACE=FILE traces them (go tool trace -pprof=sync FILE: where
-// the walk waits).
+// the walk waits). WHARF_BENCH_TREE=DIR backs up the tree in DIR, made
+// there when absent.
 func BenchmarkRepositorySecondBackup(b *testing.B) {
 	mb := benchTreeMB()
 	dir := b.TempDir()
 	root := filepath.Join(dir, "src")
-	if _, err := tree.GameServer(root, mb<<20); err != nil {
+	// WHARF_BENCH_TREE names a tree made by an earlier run, for runs of
+	// several builds on one tree.
+	if t := os.Getenv("WHARF_BENCH_TREE"); t != "" {
+		root = t
+	}
+	if _, err := treeSize(root); os.IsNotExist(err) {
+		_, err = tree.GameServer(root, mb<<20)
+		if err != nil {
+			b.Fatal(err)
+		}
+	} else if err != nil {
 		b.Fatal(err)
 	}
 	srv := benchServer{tree.Open(b, root)}
