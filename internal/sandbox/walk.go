@@ -45,6 +45,8 @@ func (f *FS) WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) err
 
 func (s *state) walk(ctx context.Context, rel string, fn fs.WalkDirFunc) error {
 	w := &walker{s: s, ctx: ctx, fn: fn, buf: make([]byte, direntBuf)}
+	w.ahead.on = true
+	defer w.ahead.stop()
 	return skipAllIsNil(w.start(rel))
 }
 
@@ -57,6 +59,8 @@ type walker struct {
 	ctx context.Context
 	fn  fs.WalkDirFunc
 	buf []byte
+
+	ahead lister // lists the next directories meanwhile (walkahead.go)
 }
 
 // start reports rel and, when it is a directory, walks it.
@@ -83,16 +87,38 @@ func (w *walker) start(rel string) error {
 // children lists the open directory dir (at depth below the start) and
 // walks its entries.
 func (w *walker) children(dir *level, depth int, rel string, d fs.DirEntry) error {
-	entries, bad, err := listLevel(dir, w.buf)
-	if err != nil {
-		return skipDirIsNil(w.fn(rel, d, wrap("walk", joinRel(rel, bad), err)))
+	return w.walkEntries(dir, depth, rel, d, nil)
+}
+
+// walkEntries walks the entries of the open directory dir (at depth below the
+// start): listed here, when the lister has not listed them already.
+func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, entries []*statEntry) error {
+	if entries == nil {
+		var bad string
+		var err error
+		entries, bad, err = listLevel(dir, w.buf)
+		if err != nil {
+			return skipDirIsNil(w.fn(rel, d, wrap("walk", joinRel(rel, bad), err)))
+		}
+		w.ahead.listed += len(entries)
 	}
-	for _, e := range entries {
+	// Only through a descriptor that stays open while the entries are
+	// walked (enter closes it beyond heldLevels).
+	a := aheadQueue{ls: &w.ahead, dirfd: dir.fd, entries: entries, next: len(entries)}
+	if depth < heldLevels {
+		a.next = 0
+	}
+	defer a.close()
+	for i, e := range entries {
+		a.fill(i)
 		child := joinRel(rel, e.name)
 		cd := walkEntry{e, dir, w.s}
+		j := a.at(i)
 		err := w.fn(child, cd, nil)
 		if err == nil && e.IsDir() {
-			err = w.enter(dir, depth+1, child, cd)
+			err = w.enter(dir, depth+1, child, cd, j)
+		} else if j != nil {
+			w.ahead.drop(j)
 		}
 		if err == fs.SkipDir && !e.IsDir() {
 			return nil // fs.WalkDir: the rest of this directory is skipped
@@ -104,21 +130,28 @@ func (w *walker) children(dir *level, depth int, rel string, d fs.DirEntry) erro
 	return nil
 }
 
-// enter walks the subdirectory d of parent. Beyond heldLevels the parent's
-// descriptor is closed meanwhile and reopened afterwards.
-func (w *walker) enter(parent *level, depth int, rel string, d walkEntry) error {
+// enter walks the subdirectory d of parent (j: its listing ahead, or
+// nil). Beyond heldLevels the parent's descriptor is closed meanwhile and
+// reopened afterwards.
+func (w *walker) enter(parent *level, depth int, rel string, d walkEntry, j *aheadJob) error {
 	if err := w.ctx.Err(); err != nil {
+		if j != nil {
+			w.ahead.drop(j)
+		}
 		return err
 	}
 	sub, err := openLevel(parent, d.name, d.id())
 	if err != nil {
+		if j != nil {
+			w.ahead.drop(j)
+		}
 		return skipDirIsNil(w.fn(rel, d, wrap("walk", rel, err)))
 	}
 	defer sub.close()
 	if depth > heldLevels {
 		parent.close()
 	}
-	if err := w.children(sub, depth, rel, d); err != nil {
+	if err := w.walkEntries(sub, depth, rel, d, w.ahead.take(j, sub)); err != nil {
 		return err
 	}
 	if parent.fd < 0 {

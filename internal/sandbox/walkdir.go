@@ -29,10 +29,11 @@ const heldLevels = 16
 // the identity it had when the walk first opened it, so that a descriptor
 // reopened later is known to be the same directory.
 type level struct {
-	fd   int
-	id   inode
-	name string // its name in its parent (for reopening by name)
-	up   *level // its parent; nil at the start of the walk
+	fd    int
+	id    inode
+	ctime unix.Timespec // when opened by openLevel: to tell a listing ahead is still current
+	name  string        // its name in its parent (for reopening by name)
+	up    *level        // its parent; nil at the start of the walk
 
 	denied atomic.Int32 // see deniedDir: 0 not known yet, 1 no, 2 yes
 }
@@ -54,14 +55,15 @@ func openLevel(parent *level, name string, want inode) (*level, error) {
 	if err != nil {
 		return nil, err
 	}
-	if id, err := fdInode(fd); err != nil || id != want {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || (inode{uint64(st.Dev), st.Ino}) != want {
 		_ = unix.Close(fd)
 		if err != nil {
 			return nil, err
 		}
 		return nil, ErrOutsideRoot
 	}
-	return &level{fd: fd, id: want, name: name, up: parent}, nil
+	return &level{fd: fd, id: want, ctime: st.Ctim, name: name, up: parent}, nil
 }
 
 // reopenParent opens again the closed parent of l, which is open: through

@@ -1,0 +1,234 @@
+package sandbox
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Listing ahead: while a walk's fn handles the entries of one directory,
+// a second goroutine (the lister) lists the next subdirectories of the
+// walk (getdents and one fstatat per entry, most of a large walk's time),
+// so that on two cores the listing overlaps the rest of the walk. The walk
+// itself is unchanged: it still opens each directory by name when it
+// enters it, checking its identity against the parent's listing, and
+// reports the same entries in the same order; it only takes the lister's
+// entries instead of listing again when the directory it opened is the
+// one listed (same inode) and unchanged since (same ctime, which every
+// added, removed or renamed entry moves). Changes to a listed file's own
+// data are not seen by that check: its lstat data may be a few
+// milliseconds older than a listing made on entering would be, as the
+// listing of a large directory's last entries always was.
+//
+// Bounds: at most aheadJobs subdirectories are listed ahead and not yet
+// entered (their entries only: the lister closes each directory it
+// listed), the lister holds one descriptor at a time, and it lists only
+// subdirectories of directories whose descriptor the walk holds anyway
+// (depth below heldLevels), through that descriptor. A walk of fewer than
+// aheadAfter entries starts no goroutine; the lister is joined before the
+// walk returns.
+
+// aheadJobs is how many subdirectories a walk lists ahead at most.
+const aheadJobs = 8
+
+var (
+	// aheadAfter is how many entries a walk lists before it starts the
+	// lister (a small tree is walked without a goroutine).
+	aheadAfter = 2048
+	// aheadSettled is how long a directory must have been unchanged for
+	// its listing ahead to be used: a ctime moves only once per clock tick
+	// of the file system, so a directory changed in the tick of its
+	// listing could change again unseen.
+	aheadSettled = 100 * time.Millisecond
+	// aheadUsed, when set (by tests), is called at the end of a walk with
+	// how many listings ahead it used; aheadListed by the lister after
+	// each directory it listed.
+	aheadUsed   func(n int)
+	aheadListed func()
+)
+
+// Job states: queued for the lister, being listed, taken by the walk.
+const (
+	jobQueued int32 = iota
+	jobListing
+	jobTaken
+)
+
+// aheadJob is a subdirectory (name, listed with identity id) of a
+// directory the walk holds open as dirfd, to be listed by the lister.
+type aheadJob struct {
+	dirfd int
+	name  string
+	id    inode
+	state atomic.Int32
+	done  chan struct{} // closed by the lister once it listed the job
+
+	// Set by the lister before done is closed.
+	ok      bool
+	ctime   unix.Timespec
+	entries []*statEntry
+}
+
+// lister is a walk's listing-ahead goroutine and the walk's account of it
+// (touched by the walk's goroutine only, except jobs).
+type lister struct {
+	jobs    chan *aheadJob
+	wg      sync.WaitGroup
+	pending int // jobs submitted and not yet taken or dropped
+	listed  int // entries the walk listed itself, until the lister starts
+	used    int
+	on      bool // set by Walk (a walk WalkParallel runs has no lister)
+	off     bool
+}
+
+// canSubmit reports whether the walk may hand one more directory to the
+// lister, starting it once the walk proved large enough.
+func (ls *lister) canSubmit() bool {
+	if !ls.on || ls.off {
+		return false
+	}
+	if ls.jobs == nil {
+		if ls.listed < aheadAfter {
+			return false
+		}
+		if runtime.GOMAXPROCS(0) < 2 {
+			ls.off = true
+			return false
+		}
+		ls.jobs = make(chan *aheadJob, 2*aheadJobs)
+		ls.wg.Go(ls.run)
+	}
+	// The walk is the only sender: a send with room never blocks (a job
+	// taken by the walk stays in the channel until the lister skips it).
+	return ls.pending < aheadJobs && len(ls.jobs) < cap(ls.jobs)
+}
+
+func (ls *lister) submit(dirfd int, e *statEntry) *aheadJob {
+	j := &aheadJob{dirfd: dirfd, name: e.name, id: e.id(), done: make(chan struct{})}
+	ls.pending++
+	ls.jobs <- j
+	return j
+}
+
+// take ends j for the walk, which has opened its directory as sub: the
+// lister's entries when they are sub's as it is now, else nil (the walk
+// lists sub itself, as without the lister).
+func (ls *lister) take(j *aheadJob, sub *level) []*statEntry {
+	if j == nil {
+		return nil
+	}
+	ls.pending--
+	if j.state.CompareAndSwap(jobQueued, jobTaken) {
+		return nil // not started: listing it here is as quick
+	}
+	<-j.done
+	if !j.ok || j.ctime != sub.ctime {
+		return nil
+	}
+	ls.used++
+	return j.entries
+}
+
+// drop ends j, which the walk does not enter (skipped, or the walk ends).
+func (ls *lister) drop(j *aheadJob) {
+	ls.pending--
+	if !j.state.CompareAndSwap(jobQueued, jobTaken) {
+		<-j.done
+	}
+}
+
+// stop joins the lister; every job was taken or dropped before.
+func (ls *lister) stop() {
+	if ls.jobs != nil {
+		close(ls.jobs)
+		ls.wg.Wait()
+	}
+	if aheadUsed != nil {
+		aheadUsed(ls.used)
+	}
+}
+
+func (ls *lister) run() {
+	buf := make([]byte, direntBuf)
+	for j := range ls.jobs {
+		if j.state.CompareAndSwap(jobQueued, jobListing) {
+			j.list(buf)
+			close(j.done)
+			if aheadListed != nil {
+				aheadListed()
+			}
+		}
+	}
+}
+
+// list lists j's directory, if it is the one the walk listed and it has
+// been unchanged for aheadSettled. Failures leave j not ok: the walk then
+// lists the directory itself and reports what fails as without the lister.
+func (j *aheadJob) list(buf []byte) {
+	now := time.Now()
+	fd, err := openat(j.dirfd, j.name, dirFlags)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || (inode{uint64(st.Dev), st.Ino}) != j.id {
+		return
+	}
+	if now.Sub(time.Unix(st.Ctim.Unix())) < aheadSettled {
+		return
+	}
+	entries, _, err := listLevel(&level{fd: fd}, buf)
+	if err != nil {
+		return
+	}
+	j.ok, j.ctime, j.entries = true, st.Ctim, entries
+}
+
+// aheadQueue is one directory's jobs, in the order of its entries.
+type aheadQueue struct {
+	ls      *lister
+	dirfd   int
+	entries []*statEntry
+	next    int // the next entry to consider submitting
+	q       []queued
+}
+
+type queued struct {
+	i int
+	j *aheadJob
+}
+
+// fill submits the subdirectories after entry i (the one the walk is at:
+// too late for it) while there is room.
+func (a *aheadQueue) fill(i int) {
+	a.next = max(a.next, i+1)
+	for a.next < len(a.entries) && a.ls.canSubmit() {
+		if e := a.entries[a.next]; e.IsDir() {
+			a.q = append(a.q, queued{a.next, a.ls.submit(a.dirfd, e)})
+		}
+		a.next++
+	}
+}
+
+// at returns the job of entry i (nil when there is none), which the
+// caller takes or drops.
+func (a *aheadQueue) at(i int) *aheadJob {
+	if len(a.q) == 0 || a.q[0].i != i {
+		return nil
+	}
+	j := a.q[0].j
+	a.q = a.q[1:]
+	return j
+}
+
+// close drops the jobs of entries the walk did not reach.
+func (a *aheadQueue) close() {
+	for _, q := range a.q {
+		a.ls.drop(q.j)
+	}
+	a.q = nil
+}
