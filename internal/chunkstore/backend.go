@@ -30,3 +30,24 @@ type ObjectInfo struct {
 	Size    int64
 	ModTime time.Time
 }
+
+// Stager is what a Backend may add so that a commit's objects are written
+// and made durable at the same time, then made visible one by one in the
+// order the repository needs (a pack before the index naming it, the index
+// before the manifest): on a disk each Put waits for its own syncs, which
+// Stage lets overlap. A Backend whose Put is atomic and durable by itself
+// (an S3 PUT) has no need of it.
+type Stager interface {
+	// Stage stores data durably where no reader sees it (a List leaves it
+	// out, an Open of the repository after a crash removes it).
+	Stage(ctx context.Context, name string, data []byte) (Staged, error)
+}
+
+// Staged is an object Stage stored.
+type Staged interface {
+	// Publish makes it the object name, durably: after a crash it is
+	// there whole, as after a Put.
+	Publish() error
+	// Discard removes it unpublished.
+	Discard()
+}

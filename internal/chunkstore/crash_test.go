@@ -16,7 +16,8 @@ import (
 
 // crashBackend is the local backend of a child process that kills itself
 // (SIGKILL, as kill -9) just before its n-th change to the repository (a
-// Put or a Delete), so a test can stop a backup or a GC at every step.
+// Put, a Delete, a Stage or a Publish), so a test can stop a backup or a
+// GC at every step.
 type crashBackend struct {
 	*LocalBackend
 	at  int64
@@ -33,6 +34,25 @@ func (c *crashBackend) step() {
 func (c *crashBackend) Put(ctx context.Context, name string, data []byte) error {
 	c.step()
 	return c.LocalBackend.Put(ctx, name, data)
+}
+
+func (c *crashBackend) Stage(ctx context.Context, name string, data []byte) (Staged, error) {
+	c.step()
+	st, err := c.LocalBackend.Stage(ctx, name, data)
+	if err != nil {
+		return nil, err
+	}
+	return crashStaged{st, c}, nil
+}
+
+type crashStaged struct {
+	Staged
+	c *crashBackend
+}
+
+func (s crashStaged) Publish() error {
+	s.c.step()
+	return s.Staged.Publish()
 }
 
 func (c *crashBackend) Delete(ctx context.Context, name string) error {

@@ -69,6 +69,56 @@ func (b *LocalBackend) Put(ctx context.Context, name string, data []byte) error 
 	return nil
 }
 
+// Stage writes data to a temporary file next to name's (one that
+// clearTemps removes after a crash), fsynced: Publish renames it.
+func (b *LocalBackend) Stage(ctx context.Context, name string, data []byte) (Staged, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p, err := b.path(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.mkdirs(filepath.Dir(p)); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED) // see dropCache
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return nil, err
+	}
+	return &localStaged{tmp: f.Name(), path: p}, nil
+}
+
+// localStaged is a synced temporary file waiting for its rename.
+type localStaged struct {
+	tmp, path string
+}
+
+// Publish renames the file into place and fsyncs its directory.
+func (s *localStaged) Publish() error {
+	if err := atomicfile.Commit(s.tmp, s.path); err != nil {
+		_ = os.Remove(s.tmp)
+		return err
+	}
+	return nil
+}
+
+func (s *localStaged) Discard() { _ = os.Remove(s.tmp) }
+
 // dropCache tells the kernel that the pages of the file at p, synced
 // already, are not needed: a backup writes gigabytes that are read again
 // only by a restore, and keeping them cached would push out what the game

@@ -254,15 +254,22 @@ func (w *Writer) appendChunk(p *pending) {
 // flushPack hands the current pack to the uploader. It is in flight (no
 // GC removes it) from now until Commit or Abort.
 func (w *Writer) flushPack() {
+	if u, ok := w.finishPack(); ok {
+		w.uploads <- u
+	}
+}
+
+// finishPack ends the current pack, if any, and puts it in flight.
+func (w *Writer) finishPack() (packUpload, bool) {
 	if w.pack.empty() {
-		return
+		return packUpload{}, false
 	}
 	id := newID()
 	b, es := w.pack.finish()
 	w.s.mu.Lock()
 	w.s.inflight[id] = struct{}{}
 	w.s.mu.Unlock()
-	w.uploads <- packUpload{indexedPack{ID: id, Entries: es}, b}
+	return packUpload{indexedPack{ID: id, Entries: es}, b}, true
 }
 
 type packUpload struct {
@@ -531,7 +538,9 @@ func (w *Writer) Abort() {
 
 // Commit stores the index of the backup's packs, then its manifest. The
 // manifest is made (and checked) while the last pack and the index are
-// stored: a small backup's commit is mostly those two Puts.
+// stored: a small backup's commit is mostly those two Puts. Over a Stager
+// the last pack, the index and the manifest are synced at once and made
+// visible in that order (commitStaged).
 func (w *Writer) Commit() (Manifest, error) {
 	defer w.Abort()
 	if err := w.Cut(); err != nil {
@@ -548,21 +557,21 @@ func (w *Writer) Commit() (Manifest, error) {
 	if w.failed() == nil {
 		ready.Go(func() { m, ids, b, perr = w.prepare() })
 	}
-	err := w.stop()
-	if err == nil {
-		err = w.storeIndex()
+	manifest := func() (string, []byte, error) {
+		ready.Wait()
+		return manifestName(m.Server, m.Backup), b, perr
+	}
+	var err error
+	if st, ok := w.s.b.(Stager); ok {
+		err = w.commitStaged(st, manifest)
+	} else {
+		err = w.commitPuts(manifest)
 	}
 	ready.Wait()
-	if err == nil {
-		err = perr
-	}
 	if err != nil {
 		return Manifest{}, err
 	}
 	s := w.s
-	if err := s.b.Put(w.ctx, manifestName(m.Server, m.Backup), b); err != nil {
-		return Manifest{}, err
-	}
 	s.mu.Lock()
 	// The caller gets m: the cache keeps its own slices.
 	cm := m
@@ -575,6 +584,79 @@ func (w *Writer) Commit() (Manifest, error) {
 	}
 	s.mu.Unlock()
 	return m, nil
+}
+
+// commitPuts stores the last pack, then the index, then the manifest,
+// each Put durable before the next.
+func (w *Writer) commitPuts(manifest func() (string, []byte, error)) error {
+	err := w.stop()
+	if err == nil {
+		err = w.storeIndex()
+	}
+	name, b, merr := manifest()
+	if err == nil {
+		err = merr
+	}
+	if err != nil {
+		return err
+	}
+	return w.s.b.Put(w.ctx, name, b)
+}
+
+// commitStaged stages the last pack, the index and the manifest at once,
+// then publishes them in that order: no object is visible before those it
+// names are durable, as with commitPuts, but their writes and syncs
+// overlap.
+func (w *Writer) commitStaged(st Stager, manifest func() (string, []byte, error)) error {
+	last, hasLast := w.finishPack()
+	if err := w.stop(); err != nil {
+		if hasLast {
+			w.packs = append(w.packs, last.p) // Abort ends its flight
+		}
+		return err
+	}
+	type object struct {
+		name   string
+		data   []byte
+		staged Staged
+		err    error
+	}
+	var objs []*object
+	if hasLast {
+		w.packs = append(w.packs, last.p)
+		objs = append(objs, &object{name: packName(last.p.ID), data: last.data})
+	}
+	index := ""
+	if len(w.packs) > 0 {
+		index = "index/" + newID()
+		objs = append(objs, &object{name: index, data: encodeIndex(w.packs)})
+	}
+	var staging sync.WaitGroup
+	for _, o := range objs {
+		staging.Go(func() { o.staged, o.err = st.Stage(w.ctx, o.name, o.data) })
+	}
+	mo := &object{}
+	mo.name, mo.data, mo.err = manifest()
+	if mo.err == nil {
+		mo.staged, mo.err = st.Stage(w.ctx, mo.name, mo.data)
+	}
+	staging.Wait()
+	objs = append(objs, mo)
+	var err error
+	for _, o := range objs {
+		switch {
+		case err == nil && o.err != nil:
+			err = o.err
+		case err == nil:
+			err = o.staged.Publish()
+			if err == nil && o.name == index {
+				w.indexed(index)
+			}
+		case o.staged != nil:
+			o.staged.Discard()
+		}
+	}
+	return err
 }
 
 // prepare makes the manifest of a drained backup: its file index, size
@@ -607,13 +689,19 @@ func (w *Writer) storeIndex() error {
 	if err := w.s.b.Put(w.ctx, name, encodeIndex(w.packs)); err != nil {
 		return fmt.Errorf("storing the index: %w", err)
 	}
+	w.indexed(name)
+	return nil
+}
+
+// indexed adds the backup's packs, stored in the index object name, to
+// the in-memory index (they stay pinned by the writer).
+func (w *Writer) indexed(name string) {
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	w.s.indexes[name] = struct{}{}
 	for _, p := range w.packs {
 		w.s.addPackLocked(p.ID, p.Entries)
 	}
-	return nil
 }
 
 // checkIndexed refuses to write a manifest naming a blob the repository
