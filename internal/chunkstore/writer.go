@@ -548,17 +548,23 @@ func (w *Writer) Commit() (Manifest, error) {
 	}
 	w.drain()
 	var (
-		m     Manifest
-		ids   []blobID
-		b     []byte
-		perr  error
-		ready sync.WaitGroup
+		m, cm         Manifest
+		ids           []blobID
+		b             []byte
+		perr          error
+		ready, cloned sync.WaitGroup
 	)
 	if w.failed() == nil {
 		ready.Go(func() { m, ids, b, perr = w.prepare() })
 	}
 	manifest := func() (string, []byte, error) {
 		ready.Wait()
+		// The caller gets m: the cache keeps its own slices, copied
+		// while the manifest is stored.
+		cloned.Go(func() {
+			cm = m
+			cm.Chunks, cm.Files = slices.Clone(m.Chunks), slices.Clone(m.Files)
+		})
 		return manifestName(m.Server, m.Backup), b, perr
 	}
 	var err error
@@ -568,14 +574,12 @@ func (w *Writer) Commit() (Manifest, error) {
 		err = w.commitPuts(manifest)
 	}
 	ready.Wait()
+	cloned.Wait()
 	if err != nil {
 		return Manifest{}, err
 	}
 	s := w.s
 	s.mu.Lock()
-	// The caller gets m: the cache keeps its own slices.
-	cm := m
-	cm.Chunks, cm.Files = slices.Clone(m.Chunks), slices.Clone(m.Files)
 	s.latest.put(&latestEntry{server: m.Server, m: cm, ids: ids, size: len(b)})
 	if s.gcActive {
 		for h := range w.pinned {
@@ -670,12 +674,21 @@ func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
 	for _, c := range m.Chunks {
 		m.Size += c.Len
 	}
+	// The check and the encoding each take milliseconds for a server of
+	// many files: they run at once.
+	var (
+		ids     []blobID
+		ierr    error
+		checked sync.WaitGroup
+	)
+	mc := m
+	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, w.mine) })
 	m.SHA1 = ChunkListSHA1(m.Chunks)
-	ids, err := w.s.checkIndexed(m, w.mine)
-	if err != nil {
-		return Manifest{}, nil, nil, err
-	}
 	b, err := encodeManifest(&m)
+	checked.Wait()
+	if ierr != nil {
+		return Manifest{}, nil, nil, ierr
+	}
 	return m, ids, b, err
 }
 
