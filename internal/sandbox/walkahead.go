@@ -23,16 +23,22 @@ import (
 // milliseconds older than a listing made on entering would be, as the
 // listing of a large directory's last entries always was.
 //
-// Bounds: at most aheadJobs subdirectories are listed ahead and not yet
-// entered (their entries only: the lister closes each directory it
-// listed), the lister holds one descriptor at a time, and it lists only
+// Bounds: at most aheadPerDir subdirectories of one directory and
+// aheadJobs in all are listed ahead and not yet entered (their entries
+// only: the lister closes each directory it listed), the lister holds one descriptor at a time, and it lists only
 // subdirectories of directories whose descriptor the walk holds anyway
 // (depth below heldLevels), through that descriptor. A walk of fewer than
 // aheadAfter entries starts no goroutine; the lister is joined before the
 // walk returns.
 
-// aheadJobs is how many subdirectories a walk lists ahead at most.
-const aheadJobs = 8
+// aheadJobs is how many subdirectories a walk lists ahead at most, and
+// aheadPerDir how many of one directory (so that the subdirectories of
+// the one the walk is in are not held back by those of its parents, which
+// it enters much later).
+const (
+	aheadJobs   = 32
+	aheadPerDir = 4
+)
 
 var (
 	// aheadAfter is how many entries a walk lists before it starts the
@@ -206,7 +212,7 @@ type queued struct {
 // too late for it) while there is room.
 func (a *aheadQueue) fill(i int) {
 	a.next = max(a.next, i+1)
-	for a.next < len(a.entries) && a.ls.canSubmit() {
+	for a.next < len(a.entries) && len(a.q) < aheadPerDir && a.ls.canSubmit() {
 		if e := a.entries[a.next]; e.IsDir() {
 			a.q = append(a.q, queued{a.next, a.ls.submit(a.dirfd, e)})
 		}

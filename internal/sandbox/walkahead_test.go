@@ -80,11 +80,11 @@ func TestWalkListingAheadReportsTheSameEntries(t *testing.T) {
 	aheadUsed = func(n int) { used = n }
 	got := walkRecord(t, fx, func(p string, d fs.DirEntry) {
 		if p == "inside/d00/f00" {
-			wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadJobs }, "the lister")
+			wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
 		}
 	})
-	if used < aheadJobs {
-		t.Fatalf("the walk used %d listings ahead, want at least %d", used, aheadJobs)
+	if used < aheadPerDir {
+		t.Fatalf("the walk used %d listings ahead, want at least %d", used, aheadPerDir)
 	}
 	aheadAfter = 1 << 30 // no lister
 	want := walkRecord(t, fx, nil)
@@ -112,7 +112,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 		if p != "inside/d00/f00" {
 			return
 		}
-		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadJobs }, "the lister")
+		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
 		for _, err := range []error{
 			os.WriteFile(filepath.Join(in, "d02", "new"), nil, 0o644),
 			os.Remove(filepath.Join(in, "d03", "f05")),
@@ -154,7 +154,7 @@ func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 			seen = append(seen, p)
 			switch p {
 			case "inside/d00/f00":
-				wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadJobs }, "the lister")
+				wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
 			case "inside/d03":
 				if stop == fs.SkipDir {
 					return fs.SkipDir
