@@ -475,10 +475,21 @@ func (s *Store) pinIfIndexed(h blobID, pinned map[blobID]struct{}) bool {
 	return true
 }
 
-func (s *Store) unpin(pinned map[blobID]struct{}) {
+// unpin drops a backup's pins: the set pinned and the list (each entry
+// pinned once).
+func (s *Store) unpin(pinned map[blobID]struct{}, list []blobID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unpinLocked(pinned, list)
+}
+
+func (s *Store) unpinLocked(pinned map[blobID]struct{}, list []blobID) {
 	for h := range pinned {
+		if s.pins[h]--; s.pins[h] <= 0 {
+			delete(s.pins, h)
+		}
+	}
+	for _, h := range list {
 		if s.pins[h]--; s.pins[h] <= 0 {
 			delete(s.pins, h)
 		}

@@ -50,6 +50,10 @@ type Writer struct {
 	ctx    context.Context
 	m      Manifest
 	pinned map[blobID]struct{} // guarded by s.mu
+	// The previous backup's chunks (LatestIndex), each pinned once more
+	// for every time it is listed: a slice, not a set, as a second backup
+	// pins tens of thousands of them.
+	pinnedList []blobID
 
 	// The caller's side: the batch being gathered, where its last part
 	// ends, whether part of the open segment went to the chunker
@@ -526,8 +530,8 @@ func (w *Writer) drain() {
 // Abort drops an unfinished backup (its packs go at the next GC).
 func (w *Writer) Abort() {
 	_ = w.stop()
-	w.s.unpin(w.pinned)
-	w.pinned = map[blobID]struct{}{}
+	w.s.unpin(w.pinned, w.pinnedList)
+	w.pinned, w.pinnedList = map[blobID]struct{}{}, nil
 	w.s.mu.Lock()
 	for _, p := range w.packs {
 		delete(w.s.inflight, p.ID)
@@ -583,6 +587,9 @@ func (w *Writer) Commit() (Manifest, error) {
 	s.latest.put(&latestEntry{server: m.Server, m: cm, ids: ids, size: len(b)})
 	if s.gcActive {
 		for h := range w.pinned {
+			s.gcKeep[h] = struct{}{}
+		}
+		for _, h := range w.pinnedList {
 			s.gcKeep[h] = struct{}{}
 		}
 	}
@@ -790,17 +797,22 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 		return nil
 	}
 	w.files = slices.Grow(w.files, len(latest.Files)) // most come again
-	s.mu.Lock()
-	if ids != nil {
-		for _, h := range ids {
-			s.pinLocked(h, w.pinned)
-		}
-	} else {
+	if ids == nil {
+		ids = make([]blobID, 0, len(latest.Chunks))
 		for _, c := range latest.Chunks {
 			if h, err := parseHash(c.Hash); err == nil {
-				s.pinLocked(h, w.pinned)
+				ids = append(ids, h)
 			}
 		}
+	}
+	s.mu.Lock()
+	for _, h := range ids {
+		s.pins[h]++
+	}
+	if w.pinnedList == nil {
+		w.pinnedList = ids // read only: it may be the cache's
+	} else {
+		w.pinnedList = slices.Concat(w.pinnedList, ids)
 	}
 	s.mu.Unlock()
 	if !s.exists(manifestName(latest.Server, latest.Backup)) {
