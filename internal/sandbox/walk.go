@@ -151,7 +151,7 @@ func (w *walker) enter(parent *level, depth int, rel string, d walkEntry, j *ahe
 	if depth > heldLevels {
 		parent.close()
 	}
-	if err := w.walkEntries(sub, depth, rel, d, w.ahead.take(j, sub)); err != nil {
+	if err := w.walkEntries(sub, depth, rel, d, w.ahead.take(j, sub, w.buf)); err != nil {
 		return err
 	}
 	if parent.fd < 0 {

@@ -66,6 +66,7 @@ const (
 // aheadJob is a subdirectory (name, listed with identity id) of a
 // directory the walk holds open as dirfd, to be listed by the lister.
 type aheadJob struct {
+	q     *aheadQueue // the directory's queue it is in
 	dirfd int
 	name  string
 	id    inode
@@ -112,8 +113,8 @@ func (ls *lister) canSubmit() bool {
 	return ls.pending < aheadJobs && len(ls.jobs) < cap(ls.jobs)
 }
 
-func (ls *lister) submit(dirfd int, e *statEntry) *aheadJob {
-	j := &aheadJob{dirfd: dirfd, name: e.name, id: e.id(), done: make(chan struct{})}
+func (ls *lister) submit(q *aheadQueue, e *statEntry) *aheadJob {
+	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{})}
 	ls.pending++
 	ls.jobs <- j
 	return j
@@ -121,8 +122,10 @@ func (ls *lister) submit(dirfd int, e *statEntry) *aheadJob {
 
 // take ends j for the walk, which has opened its directory as sub: the
 // lister's entries when they are sub's as it is now, else nil (the walk
-// lists sub itself, as without the lister).
-func (ls *lister) take(j *aheadJob, sub *level) []*statEntry {
+// lists sub itself, as without the lister). While the lister is still
+// listing j, the walk lists later jobs of the same directory itself
+// (with buf) rather than wait.
+func (ls *lister) take(j *aheadJob, sub *level, buf []byte) []*statEntry {
 	if j == nil {
 		return nil
 	}
@@ -130,7 +133,20 @@ func (ls *lister) take(j *aheadJob, sub *level) []*statEntry {
 	if j.state.CompareAndSwap(jobQueued, jobTaken) {
 		return nil // not started: listing it here is as quick
 	}
-	<-j.done
+	for waiting := true; waiting; {
+		select {
+		case <-j.done:
+			waiting = false
+		default:
+			if k := j.q.lastQueued(); k != nil {
+				k.list(buf)
+				close(k.done)
+			} else {
+				<-j.done
+				waiting = false
+			}
+		}
+	}
 	if !j.ok || j.ctime != sub.ctime {
 		return nil
 	}
@@ -214,10 +230,21 @@ func (a *aheadQueue) fill(i int) {
 	a.next = max(a.next, i+1)
 	for a.next < len(a.entries) && len(a.q) < aheadPerDir && a.ls.canSubmit() {
 		if e := a.entries[a.next]; e.IsDir() {
-			a.q = append(a.q, queued{a.next, a.ls.submit(a.dirfd, e)})
+			a.q = append(a.q, queued{a.next, a.ls.submit(a, e)})
 		}
 		a.next++
 	}
+}
+
+// lastQueued returns the last job of the queue that nobody has started,
+// marked as being listed by the caller; nil when there is none.
+func (a *aheadQueue) lastQueued() *aheadJob {
+	for i := len(a.q) - 1; i >= 0; i-- {
+		if j := a.q[i].j; j.state.CompareAndSwap(jobQueued, jobListing) {
+			return j
+		}
+	}
+	return nil
 }
 
 // at returns the job of entry i (nil when there is none), which the
