@@ -25,9 +25,11 @@ import (
 //
 // Bounds: at most aheadPerDir subdirectories of one directory and
 // aheadJobs in all are listed ahead and not yet entered (their entries
-// only: the lister closes each directory it listed), the lister holds one descriptor at a time, and it lists only
+// only: a directory listed ahead is closed once listed), so listing ahead
+// holds at most two descriptors beyond the walk's own (the lister's, and
+// the walk's while it lists a job itself rather than wait, see take). Only
 // subdirectories of directories whose descriptor the walk holds anyway
-// (depth below heldLevels), through that descriptor. A walk of fewer than
+// (depth below heldLevels) are listed ahead, through that descriptor. A walk of fewer than
 // aheadAfter entries starts no goroutine; the lister is joined before the
 // walk returns.
 
