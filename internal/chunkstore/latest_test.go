@@ -4,6 +4,8 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -171,5 +173,19 @@ func TestChunkListSHA1(t *testing.T) {
 	sum := sha1.Sum([]byte("aa 1\nbb 1099511627776\n"))
 	if got := ChunkListSHA1(cs); got != hex.EncodeToString(sum[:]) {
 		t.Fatalf("ChunkListSHA1 = %s", got)
+	}
+	// Lines across the 32 KiB batches it hashes, and a hash longer than one.
+	cs, lines := nil, ""
+	for i := range 3000 {
+		c := Chunk{Hash: strings.Repeat(string(rune('a'+i%26)), 1+i%97), Len: int64(i)}
+		if i == 1500 {
+			c.Hash = strings.Repeat("x", 40<<10)
+		}
+		cs = append(cs, c)
+		lines += c.Hash + " " + strconv.FormatInt(c.Len, 10) + "\n"
+	}
+	sum = sha1.Sum([]byte(lines))
+	if got := ChunkListSHA1(cs); got != hex.EncodeToString(sum[:]) {
+		t.Fatalf("ChunkListSHA1 of 3,000 chunks = %s", got)
 	}
 }

@@ -342,13 +342,20 @@ func (e *ChunkError) Unwrap() error { return e.Err }
 // without the stream being read (unchanged files are not).
 func ChunkListSHA1(cs []Chunk) string {
 	h := sha1.New()
-	var line []byte
-	for _, c := range cs { // fmt.Fprintf per chunk was ~10 ms for 37,000
-		line = append(line[:0], c.Hash...)
-		line = append(line, ' ')
-		line = strconv.AppendInt(line, c.Len, 10)
-		h.Write(append(line, '\n'))
+	// The lines are hashed 32 KiB at a time (fmt.Fprintf per chunk was
+	// ~10 ms for 37,000 chunks, a Write per line ~4 ms for 70,000).
+	buf := make([]byte, 0, 32<<10)
+	for _, c := range cs {
+		if len(buf) > cap(buf)-len(c.Hash)-32 {
+			h.Write(buf)
+			buf = buf[:0]
+		}
+		buf = append(buf, c.Hash...)
+		buf = append(buf, ' ')
+		buf = strconv.AppendInt(buf, c.Len, 10)
+		buf = append(buf, '\n')
 	}
+	h.Write(buf)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -62,6 +62,13 @@ func TestWriteReadDedupGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	u2, _ := s.Usage()
+	for _, m := range []Manifest{m1, m2} {
+		// As stored (the checksum is written into the encoded manifest last).
+		got, err := s.Manifest("srv", m.Backup)
+		if err != nil || got.SHA1 != m.SHA1 || got.SHA1 != ChunkListSHA1(m.Chunks) {
+			t.Fatalf("stored manifest of %s: sha1 %q, returned %q (%v)", m.Backup, got.SHA1, m.SHA1, err)
+		}
+	}
 	if grow := u2 - u1; grow > int64(len(t1))/4 {
 		t.Fatalf("second backup grew the store by %d of %d bytes: no deduplication", grow, len(t1))
 	}

@@ -1,13 +1,16 @@
 package chunkstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -681,22 +684,46 @@ func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
 	for _, c := range m.Chunks {
 		m.Size += c.Len
 	}
-	// The check and the encoding each take milliseconds for a server of
-	// many files: they run at once.
+	// The check, the checksum and the encoding each take milliseconds for
+	// a server of many files: they run at once. The manifest is encoded
+	// with a placeholder for its checksum (always 40 hex digits), written
+	// over it once known.
 	var (
 		ids     []blobID
 		ierr    error
+		sum     string
 		checked sync.WaitGroup
 	)
 	mc := m
 	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, w.mine) })
-	m.SHA1 = ChunkListSHA1(m.Chunks)
+	checked.Go(func() { sum = ChunkListSHA1(mc.Chunks) })
+	m.SHA1 = sha1Placeholder
 	b, err := encodeManifest(&m)
 	checked.Wait()
 	if ierr != nil {
 		return Manifest{}, nil, nil, ierr
 	}
+	m.SHA1 = sum
+	if err == nil {
+		err = fillSHA1(b, sum)
+	}
 	return m, ids, b, err
+}
+
+// sha1Placeholder stands for a manifest's checksum while it is encoded.
+var sha1Placeholder = strings.Repeat("0", 40)
+
+// fillSHA1 writes sum over the placeholder of the encoded manifest b. The
+// placeholder's field is the first of its kind in b: within a JSON string
+// a quote is escaped, so the field's name cannot appear in one.
+func fillSHA1(b []byte, sum string) error {
+	field := []byte(`,"sha1":"` + sha1Placeholder + `"`)
+	i := bytes.Index(b, field)
+	if i < 0 || len(sum) != len(sha1Placeholder) {
+		return errors.New("manifest: no room for its checksum")
+	}
+	copy(b[i+len(`,"sha1":"`):], sum)
+	return nil
 }
 
 // storeIndex stores the index object of the backup's packs and adds them
