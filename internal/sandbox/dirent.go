@@ -270,24 +270,40 @@ func (d *Dir) Chmod(base string, mode fs.FileMode) error {
 // never through a link (ELOOP) and never blocking on a FIFO (refused,
 // ErrNotRegular), with the disk limit enforced as Create's files are.
 func (d *Dir) Rewrite(base string) (*File, error) {
+	w, size, err := d.Overwrite(base)
+	if err == nil && size > 0 {
+		if err = w.Truncate(0); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
+	}
+	return w, err
+}
+
+// Overwrite is Rewrite without the truncation: the file keeps its blocks
+// and size (returned) until the caller truncates it to what it wrote.
+// Rewriting a file in place costs the file system no block allocation
+// where a truncation to zero frees every block and allocates them again
+// (and makes ext4 write the file back on close).
+func (d *Dir) Overwrite(base string) (*File, int64, error) {
 	const op = "open"
 	rel, err := d.entry(op, base)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s := d.fsys.s
 	if s.limit.Load() < 0 {
-		return nil, newErr(op, rel, ErrNoSpace)
+		return nil, 0, newErr(op, rel, ErrNoSpace)
 	}
 	fd, oerr, err := d.openat(base, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY)
 	if err != nil {
-		return nil, closedErr(op, rel, err)
+		return nil, 0, closedErr(op, rel, err)
 	}
 	if errors.Is(oerr, unix.ENXIO) {
-		return nil, newErr(op, rel, ErrNotRegular)
+		return nil, 0, newErr(op, rel, ErrNotRegular)
 	}
 	if oerr != nil {
-		return nil, wrap(op, rel, oerr)
+		return nil, 0, wrap(op, rel, oerr)
 	}
 	file := os.NewFile(uintptr(fd), rel)
 	fi, err := file.Stat()
@@ -300,15 +316,9 @@ func (d *Dir) Rewrite(base string) (*File, error) {
 	}
 	if err != nil {
 		_ = file.Close()
-		return nil, wrap(op, rel, err)
+		return nil, 0, wrap(op, rel, err)
 	}
-	if fi.Size() > 0 {
-		if err := w.Truncate(0); err != nil {
-			_ = w.Close()
-			return nil, err
-		}
-	}
-	return w, nil
+	return w, fi.Size(), nil
 }
 
 // fchmodNoFollow sets the mode of name in dirfd on the entry itself: it is

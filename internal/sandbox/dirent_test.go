@@ -1,10 +1,13 @@
 package sandbox
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -129,5 +132,48 @@ func TestDirMkdirSubUpRewrite(t *testing.T) {
 	}
 	if err := root.Symlink("x", "refused"); !errors.Is(err, ErrNoSpace) {
 		t.Errorf("Symlink at limit -1 = %v, want ErrNoSpace", err)
+	}
+}
+
+// Overwrite keeps the file's blocks and size: a shorter content written
+// over it and the rest truncated leaves exactly that content, with the
+// usage settled to what the file occupies; a link or FIFO is refused.
+func TestDirOverwrite(t *testing.T) {
+	fx := newFixture(t, Options{UID: -1, GID: -1, DiskLimit: 1 << 20})
+	big := bytes.Repeat([]byte("x"), 64<<10)
+	if err := os.WriteFile(filepath.Join(fx.root, "big.dat"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fx.root, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := fx.fs.RefreshUsage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	root := mustOpenDir(t, fx.fs, ".")
+	w, size, err := root.Overwrite("big.dat")
+	if err != nil || size != int64(len(big)) {
+		t.Fatalf("Overwrite = %d, %v", size, err)
+	}
+	if _, err := w.WriteString("short"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Truncate(5); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	if b, _ := os.ReadFile(filepath.Join(fx.root, "big.dat")); string(b) != "short" {
+		t.Fatalf("big.dat = %q", b)
+	}
+	charged := fx.fs.Usage()
+	if real, err := fx.fs.RefreshUsage(ctx); err != nil || real != charged {
+		t.Fatalf("usage %d, on disk %d (%v)", charged, real, err)
+	}
+	for _, name := range []string{"pipe", "filelink"} {
+		if w, _, err := root.Overwrite(name); err == nil {
+			_ = w.Close()
+			t.Errorf("Overwrite(%s) succeeded", name)
+		}
 	}
 }
