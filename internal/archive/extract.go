@@ -333,22 +333,24 @@ func (x *extractor) applyDirMeta() {
 }
 
 // create opens base in d for writing: created exclusively, or (something
-// in the way) an existing regular file truncated, or after removing what
-// was there.
-func (x *extractor) create(d *sandbox.Dir, rel, base string, mode fs.FileMode) (f *sandbox.File, existed bool, err error) {
+// in the way) an existing regular file opened to be written over in place
+// (old is its size, -1 for a new file), or after removing what was there.
+func (x *extractor) create(d *sandbox.Dir, rel, base string, mode fs.FileMode) (f *sandbox.File, old int64, err error) {
 	f, err = d.Create(base, mode)
 	if !errors.Is(err, fs.ErrExist) {
-		return f, false, x.wrap(rel, err)
+		return f, -1, x.wrap(rel, err)
 	}
-	if existed, err = x.clear(d, rel, base, true, false); err != nil {
-		return nil, false, err
+	existed, err := x.clear(d, rel, base, true, false)
+	if err != nil {
+		return nil, -1, err
 	}
+	old = -1
 	if existed {
-		f, err = d.Rewrite(base)
+		f, old, err = d.Overwrite(base)
 	} else {
 		f, err = d.Create(base, mode)
 	}
-	return f, existed, x.wrap(rel, err)
+	return f, old, x.wrap(rel, err)
 }
 
 func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
@@ -358,10 +360,11 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	}
 	delete(x.links, rel)
 	mode := fs.FileMode(hdr.Mode) & fs.ModePerm
-	f, existed, err := x.create(d, rel, base, mode)
+	f, old, err := x.create(d, rel, base, mode)
 	if err != nil {
 		return err
 	}
+	existed := old >= 0
 	if !x.opts.NoManifest {
 		x.h.Reset()
 		r = io.TeeReader(r, x.h)
@@ -369,6 +372,12 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	n, err := x.copy(f, r)
 	if err == nil && n != hdr.Size {
 		err = fmt.Errorf("%w: %s: short file", ErrCorrupt, rel)
+	}
+	if old > n {
+		// Written over in place: what is left of the old file goes.
+		if terr := f.Truncate(n); err == nil {
+			err = x.wrap(rel, terr)
+		}
 	}
 	if err == nil {
 		err = x.wrap(rel, f.SetTimes(hdr.ModTime, hdr.ModTime))
