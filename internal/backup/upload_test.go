@@ -15,35 +15,59 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wharf/wharf/internal/panel"
 )
 
 // partStore is a stand-in for presigned part URLs: it keeps each part's
-// body and answers with an ETag, or 403 for the parts in refuse.
+// body and answers with an ETag, or 403 for the parts in refuse. A part
+// after a refused one is answered only once a refusal was sent, so that a
+// test sees what the uploader does once it knows of the failure (not a
+// later part that happened to finish first).
 type partStore struct {
-	mu     sync.Mutex
-	parts  map[int][]byte
-	tried  map[int]int
-	refuse map[int]bool
+	mu      sync.Mutex
+	parts   map[int][]byte
+	tried   map[int]int
+	refuse  map[int]bool
+	refused chan struct{} // closed once a refusal was sent
+	once    sync.Once
 }
 
 func (s *partStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n, _ := strconv.Atoi(r.URL.Query().Get("partNumber"))
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.tried[n]++
-	if s.refuse[n] {
+	refused, after := s.refuse[n], false
+	for k := range s.refuse {
+		after = after || n > k
+	}
+	s.mu.Unlock()
+	if refused {
 		w.WriteHeader(http.StatusForbidden)
+		w.(http.Flusher).Flush()
+		s.once.Do(func() { close(s.refused) })
 		return
 	}
+	if after {
+		select {
+		case <-s.refused:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.parts[n] = body
 	w.Header().Set("ETag", fmt.Sprintf(`"etag-%d"`, n))
 }
 
+func newPartStore(refuse map[int]bool) *partStore {
+	return &partStore{parts: map[int][]byte{}, tried: map[int]int{}, refuse: refuse, refused: make(chan struct{})}
+}
+
 func streamTest(t *testing.T, slots, urlCount int, partSize int64, refuse map[int]bool, data []byte) (*partStore, []panel.BackupPart, error) {
-	ps := &partStore{parts: map[int][]byte{}, tried: map[int]int{}, refuse: refuse}
+	ps := newPartStore(refuse)
 	srv := httptest.NewServer(ps)
 	t.Cleanup(srv.Close)
 	urls := panel.BackupUploadURLs{PartSize: partSize}
@@ -140,7 +164,7 @@ func TestStreamPartsStopsAtFailedPart(t *testing.T) {
 
 func TestStreamPartsCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := httptest.NewServer(&partStore{parts: map[int][]byte{}, tried: map[int]int{}})
+	srv := httptest.NewServer(newPartStore(nil))
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	urls := panel.BackupUploadURLs{PartSize: 1 << 20, Parts: []string{srv.URL + "/?partNumber=1", srv.URL + "/?partNumber=2", srv.URL + "/?partNumber=3"}}
