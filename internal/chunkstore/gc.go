@@ -25,6 +25,10 @@ func (s *Store) GC() (int, error) {
 		return 0, errors.New("the repository is open read-only")
 	}
 	s.mu.Lock()
+	// Pins of finished backups still being dropped would keep their
+	// blobs for one more GC: wait for them (before the check below, which
+	// must be made with s.mu held since).
+	s.waitUnpinned()
 	if s.gcActive {
 		s.mu.Unlock()
 		return 0, nil

@@ -73,6 +73,8 @@ type Store struct {
 	inflight map[string]struct{}    // packs of running backups, not yet indexed
 	rescued  map[string]struct{}    // packs read from their trailers, in no index object
 	pins     map[blobID]int         // blobs used by backups being written
+	unpinned *sync.Cond             // on mu: a committed writer's pins were dropped
+	unpins   int                    // committed writers' pins being dropped
 	gcActive bool                   // a GC is running
 	gcKeep   map[blobID]struct{}    // blobs of backups finished during a GC
 	rescans  int                    // scans of unindexed packs (tests)
@@ -146,10 +148,12 @@ func OpenExistingBackend(ctx context.Context, b Backend) (*Store, error) {
 }
 
 func newStore(b Backend) *Store {
-	return &Store{
+	s := &Store{
 		b: b, idx: map[blobID]blobLoc{}, packs: map[string][]packEntry{}, indexes: map[string]struct{}{},
 		inflight: map[string]struct{}{}, rescued: map[string]struct{}{}, pins: map[blobID]int{},
 	}
+	s.unpinned = sync.NewCond(&s.mu)
+	return s
 }
 
 // checkLayout refuses a repository of the old layout and, when create,
@@ -488,6 +492,29 @@ func (s *Store) unpin(pinned map[blobID]struct{}, list []blobID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.unpinLocked(pinned, list)
+}
+
+// unpinLater drops a committed writer's pins on another goroutine; see
+// waitUnpinned.
+func (s *Store) unpinLater(pinned map[blobID]struct{}, list []blobID) {
+	s.mu.Lock()
+	s.unpins++
+	s.mu.Unlock()
+	go func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.unpinLocked(pinned, list)
+		s.unpins--
+		s.unpinned.Broadcast()
+	}()
+}
+
+// waitUnpinned waits, s.mu held, until no committed writer's pins are
+// being dropped.
+func (s *Store) waitUnpinned() {
+	for s.unpins > 0 {
+		s.unpinned.Wait()
+	}
 }
 
 func (s *Store) unpinLocked(pinned map[blobID]struct{}, list []blobID) {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -231,5 +232,40 @@ func TestGCKeepsABackupFinishedDuringIt(t *testing.T) {
 	}
 	if d := s.Check(m); d != nil {
 		t.Fatalf("the backup written during the GC lost chunks: %v", d.Chunks[0])
+	}
+}
+
+// A committed backup's pins are dropped in the background; a GC started
+// right after the commit waits for them, so it sees no pin left.
+func TestGCWaitsForACommittedBackupsPins(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := tarOf(t, randomFiles(20, 64<<10, 3))
+	if _, err := s.Write("srv", "b0", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	left := -1
+	s.afterMark = func() {
+		s.mu.Lock()
+		left = len(s.pins)
+		s.mu.Unlock()
+	}
+	for i := range 10 {
+		w := s.NewWriter("srv", "b"+strconv.Itoa(i+1))
+		w.LatestIndex("srv") // pins the previous backup's chunks
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GC(); err != nil {
+			t.Fatal(err)
+		}
+		if left != 0 {
+			t.Fatalf("backup %d: GC marked with %d pins left", i+1, left)
+		}
 	}
 }

@@ -532,8 +532,20 @@ func (w *Writer) drain() {
 
 // Abort drops an unfinished backup (its packs go at the next GC).
 func (w *Writer) Abort() {
+	w.release(false)
+}
+
+// release ends the writer. The pins of a committed backup are dropped in
+// the background (the commit's report need not wait for 70,000 map
+// updates): its manifest, durable now, keeps its blobs, and a GC waits
+// for such releases before it marks (Store.waitUnpinned).
+func (w *Writer) release(committed bool) {
 	_ = w.stop()
-	w.s.unpin(w.pinned, w.pinnedList)
+	if committed {
+		w.s.unpinLater(w.pinned, w.pinnedList)
+	} else {
+		w.s.unpin(w.pinned, w.pinnedList)
+	}
 	w.pinned, w.pinnedList = map[blobID]struct{}{}, nil
 	w.s.mu.Lock()
 	for _, p := range w.packs {
@@ -549,7 +561,8 @@ func (w *Writer) Abort() {
 // the last pack, the index and the manifest are synced at once and made
 // visible in that order (commitStaged).
 func (w *Writer) Commit() (Manifest, error) {
-	defer w.Abort()
+	committed := false
+	defer func() { w.release(committed) }()
 	if err := w.Cut(); err != nil {
 		return Manifest{}, err
 	}
@@ -597,6 +610,7 @@ func (w *Writer) Commit() (Manifest, error) {
 		}
 	}
 	s.mu.Unlock()
+	committed = true
 	return m, nil
 }
 
