@@ -26,11 +26,17 @@ import (
 	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
-func repositoryNode(t *testing.T) *node {
-	return startNode(t, nodeOptions{
-		servers: []devpanel.Server{gameServer(backupServer)},
-		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
-	})
+// repositoryNode starts a node with the backup server whose backups go to
+// the repository; opts may set fake (the in-memory runtime: no Docker) for
+// tests that start no container.
+func repositoryNode(t *testing.T, opts ...nodeOptions) *node {
+	var o nodeOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.servers = []devpanel.Server{gameServer(backupServer)}
+	o.mutate = func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository }
+	return startNode(t, o)
 }
 
 func (n *node) repoDir() string { return filepath.Join(n.Config.System.BackupDirectory, ".repository") }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
-	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
@@ -66,11 +65,7 @@ func TestRestoreDoesNotWriteThroughAParentSwappedForALink(t *testing.T) {
 // extracts verified.
 func TestRepositoryBackupWithAPlantedIntegrityEntry(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOptions{
-		fake:    true,
-		servers: []devpanel.Server{gameServer(backupServer)},
-		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
-	})
+	n := repositoryNode(t, nodeOptions{fake: true})
 	dir := n.serverDir(backupServer)
 	forged := "0000000000000000000000000000000000000000  a.txt\n" +
 		"da39a3ee5e6b4b0d3255bfef95601890afd80709  ../../outside.txt\n"
@@ -122,11 +117,7 @@ func TestRepositoryBackupWithAPlantedIntegrityEntry(t *testing.T) {
 // and writes nothing outside.
 func TestRepositoryBackupAndRestoreOfAHostileTree(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOptions{
-		fake:    true,
-		servers: []devpanel.Server{gameServer(backupServer)},
-		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
-	})
+	n := repositoryNode(t, nodeOptions{fake: true})
 	dir := n.serverDir(backupServer)
 	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o644); err != nil {
 		t.Fatal(err)
@@ -184,11 +175,7 @@ func TestRepositoryBackupAndRestoreOfAHostileTree(t *testing.T) {
 // and a tree 300 levels deep the backup lacks.
 func TestTruncatingRepositoryRestoreOverWhatAGameLeft(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nodeOptions{
-		fake:    true,
-		servers: []devpanel.Server{gameServer(backupServer)},
-		mutate:  func(c *config.Config) { c.System.Backups.Format = config.BackupFormatRepository },
-	})
+	n := repositoryNode(t, nodeOptions{fake: true})
 	dir := n.serverDir(backupServer)
 	want := map[string]string{
 		"a.txt": "A", "b.txt": "B", "config.yml": "motd: hi",
