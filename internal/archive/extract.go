@@ -511,28 +511,7 @@ func (x *extractor) verify(r io.Reader) error {
 // Check reads the whole tar.gz r and reports ErrCorrupt when its gzip or
 // tar structure is broken or the stream is cut short. It writes nothing.
 func Check(ctx context.Context, r io.Reader) error {
-	gz, err := pgzip.NewReaderN(r, gzipBlock, 4)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	defer gz.Close()
-	rd := newStreamReader(gz)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		_, err := rd.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrCorrupt, err)
-		}
-	}
-	if _, err := io.Copy(io.Discard, gz); err != nil {
-		return fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	return nil
+	return scan(ctx, r, false, func(*tar.Header) {})
 }
 
 // streamReader reads the entries of an archive: those of its tar stream,

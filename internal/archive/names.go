@@ -47,36 +47,49 @@ const (
 // stream is ErrCorrupt, wrapping r's own error (a repository's damaged
 // chunk can be told apart).
 func ListNames(ctx context.Context, r io.Reader, opts ExtractOptions) (*Names, error) {
+	n := &Names{kinds: map[string]nameKind{}}
+	err := scan(ctx, r, opts.Plain, func(hdr *tar.Header) {
+		if n != nil && !n.add(hdr, opts.NoManifest) {
+			n = nil
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// scan reads the whole archive r (tar.gz, or tar when plain), calling fn
+// with each entry's header, to the end of the stream: a truncated or
+// corrupt end is ErrCorrupt, wrapping the reader's error.
+func scan(ctx context.Context, r io.Reader, plain bool, fn func(*tar.Header)) error {
 	in := r
-	if !opts.Plain {
+	if !plain {
 		gz, err := pgzip.NewReaderN(r, gzipBlock, 4)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		defer gz.Close()
 		in = gz
 	}
-	n := &Names{kinds: map[string]nameKind{}}
 	rd := newStreamReader(in)
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		hdr, err := rd.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		if n != nil && !n.add(hdr, opts.NoManifest) {
-			n = nil
-		}
+		fn(hdr)
 	}
 	if _, err := io.Copy(io.Discard, in); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	return n, nil
+	return nil
 }
 
 // add records the entry hdr; false when the names outgrow the bounds.
