@@ -98,10 +98,21 @@ func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	c.startTransfer(id)
 	c.Target.waitDaemonLog(`msg="live transfer pass" server=`+id+` direction=incoming pass=1 phase=1`, 20*time.Second)
 	changeWhileOnline(t, c.Source.dataDir(id))
-	// The server runs until the source stops it for the final pass.
-	for !strings.Contains(c.Source.log.String(), "Stopping the server to send the last changes") {
+	// The server runs until the source stops it for the final pass. The
+	// source announces the stop, then stops; the announcement reaches the
+	// daemon's log through an event subscriber, which may lag a little
+	// behind the state: a server seen stopping must have been announced
+	// within a moment.
+	const stopMsg = "Stopping the server to send the last changes"
+	announced := func() bool { return strings.Contains(c.Source.log.String(), stopMsg) }
+	for !announced() {
 		if st := c.Source.details(id)["state"]; st != "running" {
-			t.Fatalf("server %v during phase 1\n%s", st, c.Source.log)
+			for end := time.Now().Add(2 * time.Second); !announced() && time.Now().Before(end); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !announced() {
+				t.Fatalf("server %v during phase 1\n%s", st, c.Source.log)
+			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
