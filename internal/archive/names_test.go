@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/wharf/wharf/internal/sandbox"
 )
 
 func inodeAt(t *testing.T, p string) uint64 {
@@ -163,3 +165,43 @@ func TestListNamesBrokenAndTooMany(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// A file written over in place is charged for what it allocates, even
+// where it lies over the holes of a sparse file the game left in its
+// place (its apparent size is no allowance): with a 1 MiB limit, a 2 MiB
+// file of the archive written over a 1 GiB sparse file stops at the limit.
+func TestExtractOverASparseFileKeepsTheDiskLimit(t *testing.T) {
+	base := t.TempDir()
+	data := tarGz(t, reg("world.dat"), strings.Repeat("w", 2<<20))
+	dst := filepath.Join(base, "dst")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sparse, err := os.Create(filepath.Join(dst, "world.dat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sparse.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	sparse.Close()
+	root, err := sandbox.New(dst, sandbox.Options{UID: -1, GID: -1, DiskLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.RefreshUsage(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Extract(context.Background(), bytes.NewReader(data), root.Trusted(), ExtractOptions{})
+	if !errors.Is(err, sandbox.ErrNoSpace) {
+		t.Fatalf("extract over a sparse file: %v, want ErrNoSpace", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dst, "world.dat"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Blocks * 512; got > 1<<20+64<<10 {
+		t.Fatalf("%d bytes allocated past a 1 MiB limit", got)
+	}
+}
