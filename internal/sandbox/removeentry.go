@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // RemoveEntry removes the entry d that Walk is reporting at rel (a
@@ -29,10 +31,20 @@ func (f *FS) RemoveEntry(ctx context.Context, rel string, d fs.DirEntry) error {
 	if f.DeniedWalkEntry(rel, d) {
 		return newErr(op, rel, ErrDenied)
 	}
-	if e.IsDir() {
-		if err := f.checkDenyTree(ctx, op, rel, ""); err != nil {
-			return err
+	if !e.IsDir() {
+		// One unlinkat through the walked directory, charged as listed.
+		freed, err := f.s.unlinkCharged(e.statEntry, func() error { return unix.Unlinkat(e.dir.fd, e.name, 0) })
+		f.s.release(freed)
+		switch {
+		case err == nil, errors.Is(err, unix.ENOENT):
+			return nil
+		case !errors.Is(err, unix.EISDIR):
+			return wrap(op, rel, err)
 		}
+		// Made a directory since it was listed: removed as one, below.
+	}
+	if err := f.checkDenyTree(ctx, op, rel, ""); err != nil {
+		return err
 	}
 	// The walked directory as a root for removeTree, opened through the
 	// process's own descriptor table: the same directory, not a path.
