@@ -145,7 +145,7 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 		return nil, false
 	}
 	first := h.w.Len()
-	if !h.w.Reuse(p.Chunks) {
+	if !h.w.Reuse(p) {
 		return nil, false
 	}
 	// First and Count are in the writer's segments (Len): one here. The

@@ -124,13 +124,15 @@ func (s *Store) decide(used map[blobID]struct{}) gcPlan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	plan := gcPlan{repack: map[string][]packEntry{}}
+	listed := s.pinnedByLists()
 	live := func(id string, e packEntry) bool {
 		if s.idx[e.Hash].pack != id {
 			return false // a duplicate: the index has it elsewhere
 		}
 		_, u := used[e.Hash]
 		_, k := s.gcKeep[e.Hash]
-		return u || k || s.pins[e.Hash] > 0
+		_, l := listed[e.Hash]
+		return u || k || l || s.pins[e.Hash] > 0
 	}
 	for id, es := range s.packs {
 		var liveBytes, total int64

@@ -95,6 +95,7 @@ func (c *latestCache) dropBackup(server, backup string) {
 // every path, ~20 ms for 32,000 files) is built only when that misses.
 type FileIndex struct {
 	m    *Manifest // read-only: may be the cached one
+	ids  []blobID  // m's chunk hashes decoded, or nil
 	next int
 	by   map[string]int
 }
@@ -118,10 +119,18 @@ func (x *FileIndex) Find(path string) (PrevFile, bool) {
 		}
 	}
 	x.next = i + 1
-	f := x.m.Files[i]
+	return x.file(x.m.Files[i])
+}
+
+// file is f with its entry's chunks.
+func (x *FileIndex) file(f File) (PrevFile, bool) {
 	cs, ok := x.m.Entry(f)
 	if !ok {
 		return PrevFile{}, false
 	}
-	return PrevFile{File: f, Chunks: cs}, true
+	p := PrevFile{File: f, Chunks: cs}
+	if x.ids != nil {
+		p.ids = x.ids[f.First : f.First+f.Count]
+	}
+	return p, true
 }

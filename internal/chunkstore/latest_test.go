@@ -158,12 +158,16 @@ func TestCheckIndexed(t *testing.T) {
 	m := writeIndexed(t, s, "srv", "b1", randomFiles(2, 1000, 3))
 	h := blobID{1, 2, 3}
 	m.Chunks = append(m.Chunks, Chunk{Hash: hex.EncodeToString(h[:]), Len: 1})
-	if _, err := s.checkIndexed(m, nil); err == nil {
+	if _, err := s.checkIndexed(m, nil, nil); err == nil {
 		t.Fatal("a manifest naming an unknown blob passed")
 	}
-	ids, err := s.checkIndexed(m, map[blobID]struct{}{h: {}})
+	ids, err := s.checkIndexed(m, nil, map[blobID]struct{}{h: {}})
 	if err != nil || len(ids) != len(m.Chunks) || ids[len(ids)-1] != h {
 		t.Fatalf("with the blob the backup's own: %v", err)
+	}
+	// The hashes the writer knows decoded are checked the same way.
+	if _, err := s.checkIndexed(m, ids, nil); err == nil {
+		t.Fatal("a manifest naming an unknown blob passed with its hashes known")
 	}
 }
 

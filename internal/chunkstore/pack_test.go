@@ -291,7 +291,7 @@ func TestFileIndexOfSegments(t *testing.T) {
 		for _, f := range files {
 			if p, ok := reuse[f[0]]; ok {
 				first := w.Len()
-				if !w.Reuse(p.Chunks) {
+				if !w.Reuse(p) {
 					t.Fatal("reuse")
 				}
 				w.AddFile(File{Path: f[0], First: first, Count: w.Len() - first})
@@ -336,6 +336,32 @@ func TestFileIndexOfSegments(t *testing.T) {
 	prev := w.LatestFiles("srv")
 	w.Abort()
 	delete(prev, files[2][0])
+	for path, p := range prev {
+		if len(p.ids) != len(p.Chunks) {
+			t.Fatalf("%s: reused without its chunks' decoded hashes", path)
+		}
+	}
 	m2, _ := write("b2", prev)
 	check(m2)
+	checkCachedIDs(t, s, "srv", "b2")
+}
+
+// checkCachedIDs fails unless the cached latest backup of srv is backup
+// with each chunk's decoded hash next to it (the pins of the next backup
+// are taken from them).
+func checkCachedIDs(t *testing.T, s *Store, srv, backup string) {
+	t.Helper()
+	el := s.latest.by[srv]
+	if el == nil {
+		t.Fatalf("no backup of %s cached", srv)
+	}
+	e := el.Value.(*latestEntry)
+	if e.m.Backup != backup || len(e.ids) != len(e.m.Chunks) {
+		t.Fatalf("%s is not cached with its chunks' hashes", backup)
+	}
+	for i, c := range e.m.Chunks {
+		if h, err := parseHash(c.Hash); err != nil || h != e.ids[i] {
+			t.Fatalf("%s: chunk %d is %s, its cached id %x", backup, i, c.Hash, e.ids[i])
+		}
+	}
 }

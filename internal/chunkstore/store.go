@@ -73,12 +73,15 @@ type Store struct {
 	inflight map[string]struct{}    // packs of running backups, not yet indexed
 	rescued  map[string]struct{}    // packs read from their trailers, in no index object
 	pins     map[blobID]int         // blobs used by backups being written
+	listPins map[int][]blobID       // chunk lists of earlier backups reused by backups being written
+	lastPin  int                    // the key of the latest list pinned
 	unpinned *sync.Cond             // on mu: a committed writer's pins were dropped
 	unpins   int                    // committed writers' pins being dropped
 	gcActive bool                   // a GC is running
 	gcKeep   map[blobID]struct{}    // blobs of backups finished during a GC
 	rescans  int                    // scans of unindexed packs (tests)
 	bufs     bufPool                // chunk and blob buffers of the backups
+	batches  sync.Pool              // *[]byte: the writers' batch buffers (batchBuf)
 	latest   latestCache            // the manifests committed last, per server
 
 	afterMark func() // tests: runs between GC's reading of the manifests and its decision
@@ -151,6 +154,7 @@ func newStore(b Backend) *Store {
 	s := &Store{
 		b: b, idx: map[blobID]blobLoc{}, packs: map[string][]packEntry{}, indexes: map[string]struct{}{},
 		inflight: map[string]struct{}{}, rescued: map[string]struct{}{}, pins: map[blobID]int{},
+		listPins: map[int][]blobID{},
 	}
 	s.unpinned = sync.NewCond(&s.mu)
 	return s
@@ -486,24 +490,44 @@ func (s *Store) pinIfIndexed(h blobID, pinned map[blobID]struct{}) bool {
 	return true
 }
 
-// unpin drops a backup's pins: the set pinned and the list (each entry
-// pinned once).
-func (s *Store) unpin(pinned map[blobID]struct{}, list []blobID) {
+// pinListLocked pins every blob of list, an earlier backup's chunks, at
+// once: a second backup reuses tens of thousands of them, and a count per
+// blob cost milliseconds to take and to drop. It returns the key that
+// unpins them.
+func (s *Store) pinListLocked(list []blobID) int {
+	s.lastPin++
+	s.listPins[s.lastPin] = list
+	return s.lastPin
+}
+
+// pinnedByLists is the set of the blobs of every list pinned (GC).
+func (s *Store) pinnedByLists() map[blobID]struct{} {
+	set := map[blobID]struct{}{}
+	for _, list := range s.listPins {
+		for _, h := range list {
+			set[h] = struct{}{}
+		}
+	}
+	return set
+}
+
+// unpin drops a backup's pins: the set pinned and the lists.
+func (s *Store) unpin(pinned map[blobID]struct{}, lists []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.unpinLocked(pinned, list)
+	s.unpinLocked(pinned, lists)
 }
 
 // unpinLater drops a committed writer's pins on another goroutine; see
 // waitUnpinned.
-func (s *Store) unpinLater(pinned map[blobID]struct{}, list []blobID) {
+func (s *Store) unpinLater(pinned map[blobID]struct{}, lists []int) {
 	s.mu.Lock()
 	s.unpins++
 	s.mu.Unlock()
 	go func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.unpinLocked(pinned, list)
+		s.unpinLocked(pinned, lists)
 		s.unpins--
 		s.unpinned.Broadcast()
 	}()
@@ -517,15 +541,13 @@ func (s *Store) waitUnpinned() {
 	}
 }
 
-func (s *Store) unpinLocked(pinned map[blobID]struct{}, list []blobID) {
+func (s *Store) unpinLocked(pinned map[blobID]struct{}, lists []int) {
 	for h := range pinned {
 		if s.pins[h]--; s.pins[h] <= 0 {
 			delete(s.pins, h)
 		}
 	}
-	for _, h := range list {
-		if s.pins[h]--; s.pins[h] <= 0 {
-			delete(s.pins, h)
-		}
+	for _, k := range lists {
+		delete(s.listPins, k)
 	}
 }

@@ -249,7 +249,7 @@ func TestGCWaitsForACommittedBackupsPins(t *testing.T) {
 	left := -1
 	s.afterMark = func() {
 		s.mu.Lock()
-		left = len(s.pins)
+		left = len(s.pins) + len(s.listPins)
 		s.mu.Unlock()
 	}
 	for i := range 10 {

@@ -53,10 +53,11 @@ type Writer struct {
 	ctx    context.Context
 	m      Manifest
 	pinned map[blobID]struct{} // guarded by s.mu
-	// The previous backup's chunks (LatestIndex), each pinned once more
-	// for every time it is listed: a slice, not a set, as a second backup
-	// pins tens of thousands of them.
+	// The previous backup's chunks (LatestIndex), pinned as lists (keys
+	// listPins) rather than one by one: a second backup reuses tens of
+	// thousands of them.
 	pinnedList []blobID
+	listPins   []int
 
 	// The caller's side: the batch being gathered, where its last part
 	// ends, whether part of the open segment went to the chunker
@@ -71,7 +72,6 @@ type Writer struct {
 	// segment, where each segment starts in m.Chunks, and the chunks not
 	// yet handed to the workers.
 	segs      chan segBatch
-	free      chan []byte
 	chunker   sync.WaitGroup
 	carry     []byte
 	inSeg     bool
@@ -82,7 +82,12 @@ type Writer struct {
 	order   chan *chunkGroup
 	workers sync.WaitGroup
 	app     sync.WaitGroup
-	resMu   sync.Mutex // m.Chunks
+	resMu   sync.Mutex // m.Chunks, ids, idsLost
+	// ids is the decoded hash of each chunk of m.Chunks, unless idsLost
+	// (chunks reused without theirs): the commit's check needs them, and
+	// decoding 70,000 hex hashes took milliseconds.
+	ids     []blobID
+	idsLost bool
 	errMu   sync.Mutex
 	err     error
 	stopped bool
@@ -120,9 +125,10 @@ type segBatch struct {
 // (the segment's last ones when final), or the reused chunks of a whole
 // segment (then it has no bytes).
 type segPart struct {
-	end   int
-	final bool
-	reuse []Chunk
+	end      int
+	final    bool
+	reuse    []Chunk
+	reuseIDs []blobID // reuse's hashes decoded, when known
 }
 
 // chunkGroup is chunks that travel together from the chunker through a
@@ -157,7 +163,6 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		// synced) and one fills: three pack buffers, ~57 MiB, at most.
 		uploads: make(chan packUpload),
 		segs:    make(chan segBatch, 2),
-		free:    make(chan []byte, 8),
 	}
 	for range n {
 		w.workers.Go(w.work)
@@ -226,6 +231,7 @@ func (w *Writer) appendLoop() {
 		w.resMu.Lock()
 		for _, p := range g.ps {
 			w.m.Chunks[p.i].Hash = hex.EncodeToString(p.h[:])
+			w.ids[p.i] = p.h
 		}
 		w.resMu.Unlock()
 		for _, p := range g.ps {
@@ -319,7 +325,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	if w.batch.data == nil {
-		w.batch.data = newBatchBuf()
+		w.batch.data = w.s.batchBuf()
 	}
 	w.batch.data = append(w.batch.data, p...)
 	if len(w.batch.data) >= segmentFlush {
@@ -340,18 +346,29 @@ func (w *Writer) addPart(p segPart) {
 func (w *Writer) send() {
 	w.segs <- w.batch
 	w.batch, w.mark = segBatch{}, 0
-	select {
-	case b := <-w.free:
-		w.batch.data = b[:0]
-	default:
-		w.batch.data = newBatchBuf()
-	}
+	w.batch.data = w.s.batchBuf()
 }
 
-// newBatchBuf is a batch's buffer: room for the bytes at which a batch is
+// batchBufCap is a batch buffer's room: the bytes at which a batch is
 // sent and the largest write the walk makes, so that a large file never
-// grows (copies) it. Only the pages a batch fills are ever touched.
-func newBatchBuf() []byte { return make([]byte, 0, segmentFlush+1<<20) }
+// grows (copies) it.
+const batchBufCap = segmentFlush + 1<<20
+
+// batchBuf is an empty batch buffer, one a writer used before when there
+// is one: a new one is zeroed, ~1 ms for each of the few a backup holds.
+func (s *Store) batchBuf() []byte {
+	if b, ok := s.batches.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, batchBufCap)
+}
+
+// putBatchBuf returns a batch buffer the chunker is through with.
+func (s *Store) putBatchBuf(b []byte) {
+	if cap(b) == batchBufCap {
+		s.batches.Put(&b)
+	}
+}
 
 // sendFull hands the batch on when it is large enough.
 func (w *Writer) sendFull() {
@@ -375,13 +392,14 @@ func (w *Writer) Cut() error {
 // and Count are in segments until Commit turns them into chunk indices.
 func (w *Writer) Len() int { return w.nsegs }
 
-// Reuse ends the current segment and appends, as one segment, chunks of
-// the backup LatestFiles read (a file's unchanged entry; they are pinned).
-func (w *Writer) Reuse(cs []Chunk) bool {
+// Reuse ends the current segment and appends, as one segment, the chunks
+// of f, a file of the backup LatestIndex or LatestFiles read (its
+// unchanged entry; they are pinned).
+func (w *Writer) Reuse(f PrevFile) bool {
 	if w.Cut() != nil {
 		return false
 	}
-	w.addPart(segPart{end: w.mark, reuse: cs})
+	w.addPart(segPart{end: w.mark, reuse: f.Chunks, reuseIDs: f.ids})
 	w.nsegs++
 	w.sendFull()
 	return true
@@ -408,6 +426,8 @@ func (w *Writer) chunkLoop() {
 				w.resMu.Lock()
 				w.segStarts = append(w.segStarts, len(w.m.Chunks))
 				w.m.Chunks = append(w.m.Chunks, p.reuse...)
+				w.ids = append(w.ids, p.reuseIDs...)
+				w.idsLost = w.idsLost || len(p.reuseIDs) != len(p.reuse)
 				w.resMu.Unlock()
 				continue
 			}
@@ -415,10 +435,7 @@ func (w *Writer) chunkLoop() {
 			from = p.end
 		}
 		w.handGroup()
-		select {
-		case w.free <- b.data:
-		default:
-		}
+		w.s.putBatchBuf(b.data)
 	}
 }
 
@@ -459,6 +476,7 @@ func (w *Writer) chunk(buf []byte, final bool) []byte {
 		w.resMu.Lock()
 		i := len(w.m.Chunks)
 		w.m.Chunks = append(w.m.Chunks, Chunk{Len: int64(n)})
+		w.ids = append(w.ids, blobID{}) // the appender sets it
 		w.resMu.Unlock()
 		data := w.s.bufs.get(n)
 		copy(data, buf[off:off+n])
@@ -536,17 +554,21 @@ func (w *Writer) Abort() {
 }
 
 // release ends the writer. The pins of a committed backup are dropped in
-// the background (the commit's report need not wait for 70,000 map
-// updates): its manifest, durable now, keeps its blobs, and a GC waits
+// the background (the commit's report need not wait for a map update per
+// new chunk, 70,000 in a first backup): its manifest, durable now, keeps its blobs, and a GC waits
 // for such releases before it marks (Store.waitUnpinned).
 func (w *Writer) release(committed bool) {
 	_ = w.stop()
-	if committed {
-		w.s.unpinLater(w.pinned, w.pinnedList)
-	} else {
-		w.s.unpin(w.pinned, w.pinnedList)
+	if w.batch.data != nil {
+		w.s.putBatchBuf(w.batch.data)
+		w.batch.data = nil
 	}
-	w.pinned, w.pinnedList = map[blobID]struct{}{}, nil
+	if committed {
+		w.s.unpinLater(w.pinned, w.listPins)
+	} else {
+		w.s.unpin(w.pinned, w.listPins)
+	}
+	w.pinned, w.pinnedList, w.listPins = map[blobID]struct{}{}, nil, nil
 	w.s.mu.Lock()
 	for _, p := range w.packs {
 		delete(w.s.inflight, p.ID)
@@ -708,8 +730,11 @@ func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
 		sum     string
 		checked sync.WaitGroup
 	)
-	mc := m
-	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, w.mine) })
+	mc, known := m, w.ids
+	if w.idsLost {
+		known = nil
+	}
+	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, known, w.mine) })
 	checked.Go(func() { sum = ChunkListSHA1(mc.Chunks) })
 	m.SHA1 = sha1Placeholder
 	b, err := encodeManifest(&m)
@@ -769,18 +794,22 @@ func (w *Writer) indexed(name string) {
 // has no index entry for (a lost index: the unindexed packs are read) and
 // that is not one of the backup's own (mine: in its packs, which Commit
 // indexes before it writes the manifest). It returns the chunks' hashes,
-// decoded.
-func (s *Store) checkIndexed(m Manifest, mine map[blobID]struct{}) ([]blobID, error) {
-	ids := make([]blobID, len(m.Chunks))
+// decoded: known when the caller has them (then m's are not read).
+func (s *Store) checkIndexed(m Manifest, known []blobID, mine map[blobID]struct{}) ([]blobID, error) {
+	ids := known
+	if len(ids) != len(m.Chunks) {
+		ids = make([]blobID, len(m.Chunks))
+		for i, c := range m.Chunks {
+			h, err := parseHash(c.Hash)
+			if err != nil {
+				return nil, err
+			}
+			ids[i] = h
+		}
+	}
 	var missing []int
 	s.mu.Lock()
-	for i, c := range m.Chunks {
-		h, err := parseHash(c.Hash)
-		if err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		ids[i] = h
+	for i, h := range ids {
 		if _, ok := s.idx[h]; !ok {
 			if _, ok := mine[h]; !ok {
 				missing = append(missing, i)
@@ -800,6 +829,7 @@ func (s *Store) checkIndexed(m Manifest, mine map[blobID]struct{}) ([]blobID, er
 type PrevFile struct {
 	File
 	Chunks []Chunk
+	ids    []blobID // Chunks' hashes decoded, when known
 }
 
 // LatestIndex is the file index of the latest backup of server; nil when
@@ -847,9 +877,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 		}
 	}
 	s.mu.Lock()
-	for _, h := range ids {
-		s.pins[h]++
-	}
+	w.listPins = append(w.listPins, s.pinListLocked(ids))
 	if w.pinnedList == nil {
 		w.pinnedList = ids // read only: it may be the cache's
 	} else {
@@ -859,7 +887,11 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 	if !s.exists(manifestName(latest.Server, latest.Backup)) {
 		return nil // deleted meanwhile: its blobs may be gone
 	}
-	return &FileIndex{m: latest}
+	x := &FileIndex{m: latest}
+	if len(ids) == len(latest.Chunks) {
+		x.ids = ids
+	}
+	return x
 }
 
 // LatestFiles is LatestIndex as a map by path.
@@ -870,8 +902,8 @@ func (w *Writer) LatestFiles(server string) map[string]PrevFile {
 	}
 	out := make(map[string]PrevFile, len(x.m.Files))
 	for _, f := range x.m.Files {
-		if cs, ok := x.m.Entry(f); ok {
-			out[f.Path] = PrevFile{File: f, Chunks: cs}
+		if p, ok := x.file(f); ok {
+			out[f.Path] = p
 		}
 	}
 	return out
