@@ -109,10 +109,14 @@ func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, e
 		a.next = 0
 	}
 	defer a.close()
+	// One allocation for the directory's entries, not one each as an
+	// interface value (a server has tens of thousands).
+	cds := make([]walkEntry, len(entries))
 	for i, e := range entries {
 		a.fill(i)
 		child := joinRel(rel, e.name)
-		cd := walkEntry{e, dir, w.s}
+		cd := &cds[i]
+		*cd = walkEntry{e, dir, w.s}
 		j := a.at(i)
 		err := w.fn(child, cd, nil)
 		if err == nil && e.IsDir() {
@@ -133,7 +137,7 @@ func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, e
 // enter walks the subdirectory d of parent (j: its listing ahead, or
 // nil). Beyond heldLevels the parent's descriptor is closed meanwhile and
 // reopened afterwards.
-func (w *walker) enter(parent *level, depth int, rel string, d walkEntry, j *aheadJob) error {
+func (w *walker) enter(parent *level, depth int, rel string, d *walkEntry, j *aheadJob) error {
 	if err := w.ctx.Err(); err != nil {
 		if j != nil {
 			w.ahead.drop(j)
@@ -212,8 +216,8 @@ type walkEntry struct {
 }
 
 // entryOf returns the walk entry d is, when it belongs to f's sandbox.
-func (f *FS) entryOf(d fs.DirEntry) (walkEntry, bool) {
-	e, ok := d.(walkEntry)
+func (f *FS) entryOf(d fs.DirEntry) (*walkEntry, bool) {
+	e, ok := d.(*walkEntry)
 	return e, ok && e.s == f.s && e.dir.fd >= 0
 }
 

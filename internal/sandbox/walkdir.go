@@ -157,10 +157,15 @@ func listLevel(l *level, buf []byte) ([]*statEntry, string, error) {
 		_, _, names = unix.ParseDirent(buf[:n], -1, names)
 	}
 	slices.Sort(names)
+	// One allocation for the entries, one for the names' C strings: not
+	// one each (a server has tens of thousands).
+	slab := make([]statEntry, len(names))
 	out := make([]*statEntry, 0, len(names))
-	for _, name := range names {
-		e := &statEntry{name: name}
-		err := unix.Fstatat(l.fd, name, (*unix.Stat_t)(unsafe.Pointer(&e.st)), unix.AT_SYMLINK_NOFOLLOW)
+	cname := new([unix.NAME_MAX + 1]byte)
+	for i, name := range names {
+		e := &slab[i]
+		e.name = name
+		err := lstatAt(l.fd, name, cname, &e.st)
 		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
@@ -170,6 +175,21 @@ func listLevel(l *level, buf []byte) ([]*statEntry, string, error) {
 		out = append(out, e)
 	}
 	return out, "", nil
+}
+
+// lstatAt is fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) with name
+// made a C string in cname (x/sys/unix allocates one per call).
+func lstatAt(dirfd int, name string, cname *[unix.NAME_MAX + 1]byte, st *syscall.Stat_t) error {
+	if len(name) > unix.NAME_MAX || strings.IndexByte(name, 0) >= 0 {
+		return unix.Fstatat(dirfd, name, (*unix.Stat_t)(unsafe.Pointer(st)), unix.AT_SYMLINK_NOFOLLOW)
+	}
+	cname[copy(cname[:], name)] = 0
+	_, _, errno := unix.Syscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(&cname[0])),
+		uintptr(unsafe.Pointer(st)), unix.AT_SYMLINK_NOFOLLOW, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
 // The listing fills a syscall.Stat_t (what FileInfo.Sys gives everywhere

@@ -156,7 +156,7 @@ func (w *parWalk) open(j parJob) *level {
 		w.fail(err)
 		return nil
 	}
-	e := j.d.(walkEntry)
+	e := j.d.(*walkEntry)
 	dir, err := openLevel(j.parent, e.name, e.id())
 	if err != nil {
 		w.fail(w.fn(j.rel, j.d, wrap("walk", j.rel, err)))
@@ -181,13 +181,13 @@ func (w *parWalk) list(j parJob, dir *level, buf []byte) {
 		w.fail(w.fn(j.rel, j.d, wrap("walk", joinRel(j.rel, bad), err)))
 		return
 	}
-	var subdirs []walkEntry
+	var subdirs []*walkEntry
 	for _, e := range entries {
 		if e.IsDir() {
-			subdirs = append(subdirs, walkEntry{e, dir, w.s})
+			subdirs = append(subdirs, &walkEntry{e, dir, w.s})
 			continue
 		}
-		if err := w.fn(joinRel(j.rel, e.name), walkEntry{e, dir, w.s}, nil); err != nil {
+		if err := w.fn(joinRel(j.rel, e.name), &walkEntry{e, dir, w.s}, nil); err != nil {
 			if err != fs.SkipDir {
 				w.fail(err)
 			}
