@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -212,6 +213,12 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"version":3,"chunks":[{"h":"x","n":-1}]}`))
 	f.Add([]byte(`{"version":2}`))
+	tm := testManifest()
+	bin, err := encodeManifestBin(&tm, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bin)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseManifest(b)
 		if err != nil {
@@ -221,6 +228,19 @@ func FuzzParseManifest(f *testing.F) {
 			m.Entry(fl)
 		}
 		_ = ChunkListSHA1(m.Chunks)
+		// What parses encodes again (when it has a checksum, as every
+		// manifest written has) and reads back the same.
+		if len(m.SHA1) != 40 {
+			return
+		}
+		m.Version = max(m.Version, manifestVersion)
+		again, err := encodeManifestBin(&m, nil)
+		if err != nil {
+			t.Fatalf("a parsed manifest does not encode: %v", err)
+		}
+		if m2, err := ParseManifest(again); err != nil || !reflect.DeepEqual(m2, m) {
+			t.Fatalf("a parsed manifest reads back as %+v (%v)", m2, err)
+		}
 	})
 }
 

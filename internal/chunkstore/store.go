@@ -45,10 +45,12 @@ var ErrNotFound = errors.New("backup not found in the repository")
 var ErrOldLayout = errors.New("the backup repository has the old layout (one file per chunk under chunks/, before packs), which this Wharf does not read: " +
 	"export its backups with the Wharf that wrote them (wharf backups export) and move the directory away (docs/backup-repository.md)")
 
-// manifestVersion 3: the checksum is ChunkListSHA1, the manifest has a file
-// index, and its chunks are in packs. Version 2 was the same manifest in
-// the one-file-per-chunk layout, version 1's checksum the tar stream's.
-const manifestVersion = 3
+// manifestVersion 4: the manifest is binary (manifestbin.go). Version 3
+// was the same manifest in JSON: the checksum is ChunkListSHA1, the
+// manifest has a file index, and its chunks are in packs. Version 2 was
+// that in the one-file-per-chunk layout, version 1's checksum the tar
+// stream's.
+const manifestVersion = 4
 
 // layoutConfig is the config object: the layout this code writes.
 const layoutConfig = `{"layout":"packs","version":1}`
@@ -299,11 +301,17 @@ type Chunk struct {
 	Len  int64  `json:"n"`
 }
 
-// ParseManifest decodes and checks a stored manifest: every chunk hash is
-// 64 hex digits and every length that of a chunk.
+// ParseManifest decodes and checks a stored manifest, binary or JSON:
+// every chunk hash is 64 hex digits, every length that of a chunk, and
+// every file's chunks are in the list.
 func ParseManifest(b []byte) (Manifest, error) {
 	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	if isBinaryManifest(b) {
+		var err error
+		if m, err = decodeManifestBin(b); err != nil {
+			return Manifest{}, err
+		}
+	} else if err := json.Unmarshal(b, &m); err != nil {
 		return Manifest{}, err
 	}
 	if m.Version < 3 {
@@ -318,6 +326,11 @@ func ParseManifest(b []byte) (Manifest, error) {
 	}
 	if size != m.Size {
 		return Manifest{}, fmt.Errorf("manifest: chunks make %d bytes, size says %d", size, m.Size)
+	}
+	for i, f := range m.Files {
+		if _, ok := m.Entry(f); !ok {
+			return Manifest{}, fmt.Errorf("manifest: file %d names chunks %d+%d of %d", i, f.First, f.Count, len(m.Chunks))
+		}
 	}
 	return m, nil
 }

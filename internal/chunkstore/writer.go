@@ -1,11 +1,9 @@
 package chunkstore
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -737,33 +735,20 @@ func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
 	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, known, w.mine) })
 	checked.Go(func() { sum = ChunkListSHA1(mc.Chunks) })
 	m.SHA1 = sha1Placeholder
-	b, err := encodeManifest(&m)
+	b, err := encodeManifestBin(&m, known)
 	checked.Wait()
 	if ierr != nil {
 		return Manifest{}, nil, nil, ierr
 	}
 	m.SHA1 = sum
 	if err == nil {
-		err = fillSHA1(b, sum)
+		copy(b[manifestSHA1At:], sum) // a SHA-1 is always 40 hex digits
 	}
 	return m, ids, b, err
 }
 
 // sha1Placeholder stands for a manifest's checksum while it is encoded.
 var sha1Placeholder = strings.Repeat("0", 40)
-
-// fillSHA1 writes sum over the placeholder of the encoded manifest b. The
-// placeholder's field is the first of its kind in b: within a JSON string
-// a quote is escaped, so the field's name cannot appear in one.
-func fillSHA1(b []byte, sum string) error {
-	field := []byte(`,"sha1":"` + sha1Placeholder + `"`)
-	i := bytes.Index(b, field)
-	if i < 0 || len(sum) != len(sha1Placeholder) {
-		return errors.New("manifest: no room for its checksum")
-	}
-	copy(b[i+len(`,"sha1":"`):], sum)
-	return nil
-}
 
 // storeIndex stores the index object of the backup's packs and adds them
 // to the in-memory index (they stay pinned by the writer).

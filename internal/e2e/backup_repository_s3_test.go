@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/objectstore"
@@ -119,17 +119,13 @@ func (r *s3Repo) getIfExists(t *testing.T, key string) []byte {
 // the bucket) names.
 func (r *s3Repo) manifestChunks(t *testing.T, id string) map[string]bool {
 	t.Helper()
-	var man struct {
-		Chunks []struct {
-			H string `json:"h"`
-		} `json:"chunks"`
-	}
-	if err := json.Unmarshal(r.get(t, "snapshots/"+backupServer+"/"+id+".json"), &man); err != nil {
+	man, err := chunkstore.ParseManifest(r.get(t, "snapshots/"+backupServer+"/"+id+".json"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]bool{}
 	for _, c := range man.Chunks {
-		out[c.H] = true
+		out[c.Hash] = true
 	}
 	return out
 }

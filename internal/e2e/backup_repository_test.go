@@ -7,7 +7,6 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/wait"
@@ -152,22 +152,17 @@ func TestBackupRepositoryPanelFlows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var man struct {
-		Chunks []struct {
-			H string `json:"h"`
-			N int    `json:"n"`
-		} `json:"chunks"`
-	}
-	if err := json.Unmarshal(mb, &man); err != nil {
+	man, err := chunkstore.ParseManifest(mb)
+	if err != nil {
 		t.Fatal(err)
 	}
 	lines, rest := sha1.New(), plain
 	for _, c := range man.Chunks {
-		if c.N > len(rest) || fmt.Sprintf("%x", sha256.Sum256(rest[:c.N])) != c.H {
-			t.Fatalf("download: does not match the manifest's chunk %s", c.H)
+		if c.Len > int64(len(rest)) || fmt.Sprintf("%x", sha256.Sum256(rest[:c.Len])) != c.Hash {
+			t.Fatalf("download: does not match the manifest's chunk %s", c.Hash)
 		}
-		rest = rest[c.N:]
-		fmt.Fprintf(lines, "%s %d\n", c.H, c.N)
+		rest = rest[c.Len:]
+		fmt.Fprintf(lines, "%s %d\n", c.Hash, c.Len)
 	}
 	if sum := fmt.Sprintf("%x", lines.Sum(nil)); len(rest) != 0 || sum != st1.Checksum {
 		t.Fatalf("download: %d bytes past the chunks; chunk list sha1 %s, panel told %s", len(rest), sum, st1.Checksum)
