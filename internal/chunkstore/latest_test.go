@@ -3,6 +3,8 @@ package chunkstore
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -63,6 +65,14 @@ func TestLatestFilesCachedEqualsParsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	parsed := latestOf(fresh, "srv")
+	// Only the cached index's chunks skip the commit's check.
+	for path, p := range cached {
+		if !p.checked || parsed[path].checked {
+			t.Fatalf("%s: checked %v cached, %v parsed", path, p.checked, parsed[path].checked)
+		}
+		p.checked = false
+		cached[path] = p
+	}
 	if len(parsed) != len(files) || !reflect.DeepEqual(cached, parsed) {
 		t.Fatalf("cached file index (%d files) differs from the parsed one (%d files)", len(cached), len(parsed))
 	}
@@ -158,15 +168,15 @@ func TestCheckIndexed(t *testing.T) {
 	m := writeIndexed(t, s, "srv", "b1", randomFiles(2, 1000, 3))
 	h := blobID{1, 2, 3}
 	m.Chunks = append(m.Chunks, Chunk{Hash: hex.EncodeToString(h[:]), Len: 1})
-	if _, err := s.checkIndexed(m, nil, nil); err == nil {
+	if _, err := s.checkIndexed(m, nil, nil, nil); err == nil {
 		t.Fatal("a manifest naming an unknown blob passed")
 	}
-	ids, err := s.checkIndexed(m, nil, map[blobID]struct{}{h: {}})
+	ids, err := s.checkIndexed(m, nil, nil, map[blobID]struct{}{h: {}})
 	if err != nil || len(ids) != len(m.Chunks) || ids[len(ids)-1] != h {
 		t.Fatalf("with the blob the backup's own: %v", err)
 	}
 	// The hashes the writer knows decoded are checked the same way.
-	if _, err := s.checkIndexed(m, ids, nil); err == nil {
+	if _, err := s.checkIndexed(m, ids, nil, nil); err == nil {
 		t.Fatal("a manifest naming an unknown blob passed with its hashes known")
 	}
 }
@@ -191,5 +201,82 @@ func TestChunkListSHA1(t *testing.T) {
 	sum = sha1.Sum([]byte(lines))
 	if got := ChunkListSHA1(cs); got != hex.EncodeToString(sum[:]) {
 		t.Fatalf("ChunkListSHA1 of 3,000 chunks = %s", got)
+	}
+}
+
+// TestCheckIndexedSkipsCheckedRanges: the chunks in the ranges skipped
+// are not looked up, every other one is.
+func TestCheckIndexedSkipsCheckedRanges(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := writeIndexed(t, s, "srv", "b1", randomFiles(4, 1000, 3))
+	n := len(m.Chunks)
+	unknown := blobID{9, 9, 9}
+	m.Chunks = append(m.Chunks, Chunk{Hash: hex.EncodeToString(unknown[:]), Len: 1}, m.Chunks[0])
+	for _, c := range []struct {
+		skip [][2]int
+		ok   bool
+	}{
+		{nil, false}, {[][2]int{{0, n}}, false}, {[][2]int{{n + 1, n + 2}}, false},
+		{[][2]int{{n, n + 1}}, true}, {[][2]int{{0, 1}, {n, n + 2}}, true},
+	} {
+		if _, err := s.checkIndexed(m, nil, c.skip, nil); (err == nil) != c.ok {
+			t.Fatalf("skipping %v: %v", c.skip, err)
+		}
+	}
+}
+
+// TestReuseFromAParsedManifestIsChecked: a backup reusing the chunks of a
+// manifest read from the backend (here: after a restart, with the index
+// objects lost) checks them, finding them in the packs; one reusing the
+// manifest this Store committed skips the check for them.
+func TestReuseFromAParsedManifestIsChecked(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := randomFiles(20, 40<<10, 21)
+	writeIndexed(t, s, "srv", "b1", files)
+	idx, _ := filepath.Glob(filepath.Join(dir, "index", "*"))
+	for _, p := range idx {
+		os.Remove(p)
+	}
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	reuseAll := func(id string) (*Writer, Manifest) {
+		w := s.NewWriter("srv", id)
+		defer w.Abort()
+		x := w.LatestIndex("srv")
+		for _, f := range files {
+			p, ok := x.Find(f[0])
+			if !ok {
+				t.Fatalf("%s: %s not in the previous backup", id, f[0])
+			}
+			first := w.Len()
+			if !w.Reuse(p) {
+				t.Fatal("reuse")
+			}
+			w.AddFile(File{Path: f[0], Size: p.Size, First: first, Count: w.Len() - first})
+		}
+		m, err := w.Commit()
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return w, m
+	}
+	w, m := reuseAll("b2")
+	if s.rescans == 0 || len(w.checked) != 0 {
+		t.Fatalf("reusing a parsed manifest: %d rescans, checked ranges %v", s.rescans, w.checked)
+	}
+	if d := s.Check(m); d != nil {
+		t.Fatalf("b2: %v", d.Chunks[0])
+	}
+	w, m = reuseAll("b3")
+	if len(w.checked) != 1 || w.checked[0] != [2]int{0, len(m.Chunks)} {
+		t.Fatalf("reusing the committed manifest: checked ranges %v of %d chunks", w.checked, len(m.Chunks))
 	}
 }

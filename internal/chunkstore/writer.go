@@ -86,6 +86,10 @@ type Writer struct {
 	// decoding 70,000 hex hashes took milliseconds.
 	ids     []blobID
 	idsLost bool
+	// checked is the ranges [from, to) of m.Chunks reused from a backup
+	// this Store committed (PrevFile.checked): the commit's check skips
+	// them.
+	checked [][2]int
 	errMu   sync.Mutex
 	err     error
 	stopped bool
@@ -127,6 +131,7 @@ type segPart struct {
 	final    bool
 	reuse    []Chunk
 	reuseIDs []blobID // reuse's hashes decoded, when known
+	checked  bool     // reuse is PrevFile.checked
 }
 
 // chunkGroup is chunks that travel together from the chunker through a
@@ -397,7 +402,7 @@ func (w *Writer) Reuse(f PrevFile) bool {
 	if w.Cut() != nil {
 		return false
 	}
-	w.addPart(segPart{end: w.mark, reuse: f.Chunks, reuseIDs: f.ids})
+	w.addPart(segPart{end: w.mark, reuse: f.Chunks, reuseIDs: f.ids, checked: f.checked})
 	w.nsegs++
 	w.sendFull()
 	return true
@@ -410,6 +415,16 @@ func (w *Writer) SetBare() { w.m.Bare = true }
 // AddFile records a file of the backup in the manifest's file index, its
 // First and Count in segments (Len).
 func (w *Writer) AddFile(f File) { w.files = append(w.files, f) }
+
+// addRange adds [from, to) to the ascending ranges rs, joining it to the
+// last one when they touch.
+func addRange(rs [][2]int, from, to int) [][2]int {
+	if n := len(rs); n > 0 && rs[n-1][1] == from {
+		rs[n-1][1] = to
+		return rs
+	}
+	return append(rs, [2]int{from, to})
+}
 
 // chunkLoop cuts the segments into chunks, in order, on its own goroutine
 // (the caller's reads the files), and hands them to the workers and the
@@ -426,6 +441,9 @@ func (w *Writer) chunkLoop() {
 				w.m.Chunks = append(w.m.Chunks, p.reuse...)
 				w.ids = append(w.ids, p.reuseIDs...)
 				w.idsLost = w.idsLost || len(p.reuseIDs) != len(p.reuse)
+				if p.checked {
+					w.checked = addRange(w.checked, len(w.m.Chunks)-len(p.reuse), len(w.m.Chunks))
+				}
 				w.resMu.Unlock()
 				continue
 			}
@@ -732,7 +750,8 @@ func (w *Writer) prepare() (Manifest, []blobID, []byte, error) {
 	if w.idsLost {
 		known = nil
 	}
-	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, known, w.mine) })
+	skip := w.checked
+	checked.Go(func() { ids, ierr = w.s.checkIndexed(mc, known, skip, w.mine) })
 	checked.Go(func() { sum = ChunkListSHA1(mc.Chunks) })
 	m.SHA1 = sha1Placeholder
 	b, err := encodeManifestBin(&m, known)
@@ -779,8 +798,10 @@ func (w *Writer) indexed(name string) {
 // has no index entry for (a lost index: the unindexed packs are read) and
 // that is not one of the backup's own (mine: in its packs, which Commit
 // indexes before it writes the manifest). It returns the chunks' hashes,
-// decoded: known when the caller has them (then m's are not read).
-func (s *Store) checkIndexed(m Manifest, known []blobID, mine map[blobID]struct{}) ([]blobID, error) {
+// decoded: known when the caller has them (then m's are not read). The
+// chunks in the ranges skip (ascending) are not looked up: they are the
+// writer's reused from a backup this Store committed (PrevFile.checked).
+func (s *Store) checkIndexed(m Manifest, known []blobID, skip [][2]int, mine map[blobID]struct{}) ([]blobID, error) {
 	ids := known
 	if len(ids) != len(m.Chunks) {
 		ids = make([]blobID, len(m.Chunks))
@@ -795,6 +816,12 @@ func (s *Store) checkIndexed(m Manifest, known []blobID, mine map[blobID]struct{
 	var missing []int
 	s.mu.Lock()
 	for i, h := range ids {
+		for len(skip) > 0 && i >= skip[0][1] {
+			skip = skip[1:]
+		}
+		if len(skip) > 0 && i >= skip[0][0] {
+			continue
+		}
 		if _, ok := s.idx[h]; !ok {
 			if _, ok := mine[h]; !ok {
 				missing = append(missing, i)
@@ -815,6 +842,14 @@ type PrevFile struct {
 	File
 	Chunks []Chunk
 	ids    []blobID // Chunks' hashes decoded, when known
+	// checked says the chunks are of a backup this Store committed (from
+	// its cache, latest.go), so in its index: that commit checked every
+	// chunk indexed, only a GC takes blobs out of the index, and it takes
+	// none a manifest names, a GC running at that commit was told to keep
+	// (gcKeep), or a writer pinned, as LatestIndex pinned these before it
+	// saw their manifest still there. A manifest read from the backend
+	// may name blobs whose index object was lost: its chunks are checked.
+	checked bool
 }
 
 // LatestIndex is the file index of the latest backup of server; nil when
@@ -832,6 +867,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 	slices.SortFunc(objs, func(a, b ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
 	var latest *Manifest
 	var ids []blobID
+	cached := false
 	for _, o := range objs {
 		srv, b, ok := manifestObject(o.Name)
 		if !ok || srv != server {
@@ -841,7 +877,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 		e := s.latest.get(srv, b, o.Size)
 		s.mu.Unlock()
 		if e != nil { // this process committed it: no parsing (latest.go)
-			latest, ids = &e.m, e.ids
+			latest, ids, cached = &e.m, e.ids, true
 			break
 		}
 		if m, err := s.Manifest(srv, b); err == nil && len(m.Files) > 0 {
@@ -852,7 +888,14 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 	if latest == nil {
 		return nil
 	}
-	w.files = slices.Grow(w.files, len(latest.Files)) // most come again
+	// Most files and chunks come again: room for them, and a little more,
+	// rather than the copies of growing one append at a time.
+	w.files = slices.Grow(w.files, len(latest.Files)+len(latest.Files)/16)
+	w.resMu.Lock()
+	n := len(latest.Chunks) + len(latest.Chunks)/16
+	w.m.Chunks, w.ids = slices.Grow(w.m.Chunks, n), slices.Grow(w.ids, n)
+	w.segStarts = slices.Grow(w.segStarts, len(latest.Files)+len(latest.Files)/8)
+	w.resMu.Unlock()
 	if ids == nil {
 		ids = make([]blobID, 0, len(latest.Chunks))
 		for _, c := range latest.Chunks {
@@ -872,7 +915,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 	if !s.exists(manifestName(latest.Server, latest.Backup)) {
 		return nil // deleted meanwhile: its blobs may be gone
 	}
-	x := &FileIndex{m: latest}
+	x := &FileIndex{m: latest, checked: cached}
 	if len(ids) == len(latest.Chunks) {
 		x.ids = ids
 	}
