@@ -87,12 +87,13 @@ func (w *walker) start(rel string) error {
 // children lists the open directory dir (at depth below the start) and
 // walks its entries.
 func (w *walker) children(dir *level, depth int, rel string, d fs.DirEntry) error {
-	return w.walkEntries(dir, depth, rel, d, nil)
+	return w.walkEntries(dir, depth, rel, d, nil, nil)
 }
 
 // walkEntries walks the entries of the open directory dir (at depth below the
-// start): listed here, when the lister has not listed them already.
-func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, entries []*statEntry) error {
+// start): listed here, when the lister has not listed them already (with
+// kids, the first subdirectories).
+func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, entries []*statEntry, kids []*aheadJob) error {
 	if entries == nil {
 		var bad string
 		var err error
@@ -104,9 +105,10 @@ func (w *walker) walkEntries(dir *level, depth int, rel string, d fs.DirEntry, e
 	}
 	// Only through a descriptor that stays open while the entries are
 	// walked (enter closes it beyond heldLevels).
-	a := aheadQueue{ls: &w.ahead, dirfd: dir.fd, entries: entries, next: len(entries)}
+	a := aheadQueue{ls: &w.ahead, dirfd: dir.fd, depth: depth, entries: entries, next: len(entries)}
 	if depth < heldLevels {
 		a.next = 0
+		a.adopt(kids)
 	}
 	defer a.close()
 	// One allocation for the directory's entries, not one each as an
@@ -155,7 +157,8 @@ func (w *walker) enter(parent *level, depth int, rel string, d *walkEntry, j *ah
 	if depth > heldLevels {
 		parent.close()
 	}
-	if err := w.walkEntries(sub, depth, rel, d, w.ahead.take(j, sub, w.buf)); err != nil {
+	entries, kids := w.ahead.take(j, sub, w.buf)
+	if err := w.walkEntries(sub, depth, rel, d, entries, kids); err != nil {
 		return err
 	}
 	if parent.fd < 0 {

@@ -23,11 +23,19 @@ import (
 // milliseconds older than a listing made on entering would be, as the
 // listing of a large directory's last entries always was.
 //
+// With a directory it lists, the lister lists its first subdirectories
+// (listKids): in a tree of directories of directories the walk would
+// otherwise enter one and need its first subdirectory at once, before the
+// lister could have listed it, and list most directories itself.
+//
 // Bounds: at most aheadPerDir subdirectories of one directory and
-// aheadJobs in all are listed ahead and not yet entered (their entries
-// only: a directory listed ahead is closed once listed), so listing ahead
-// holds at most two descriptors beyond the walk's own (the lister's, and
-// the walk's while it lists a job itself rather than wait, see take). Only
+// aheadJobs in all (plus the subdirectories listed with them, at most
+// aheadPerDir and aheadKidEntries entries a job) are listed ahead and not
+// yet entered (their entries only: a directory listed ahead is closed
+// once listed), so listing ahead holds at most three descriptors beyond
+// the walk's own (the lister's two, a job's and one of its
+// subdirectories', and the walk's while it lists a job itself rather than
+// wait, see take). Only
 // subdirectories of directories whose descriptor the walk holds anyway
 // (depth below heldLevels) are listed ahead, through that descriptor. A walk of fewer than
 // aheadAfter entries starts no goroutine; the lister is joined before the
@@ -75,10 +83,16 @@ type aheadJob struct {
 	state atomic.Int32
 	done  chan struct{} // closed by the lister once it listed the job
 
+	// kidsOK says the walk lists the subdirectories of this one ahead
+	// too (it is above heldLevels): the lister lists the first ones with
+	// it (kids).
+	kidsOK bool
+
 	// Set by the lister before done is closed.
 	ok      bool
 	ctime   unix.Timespec
 	entries []*statEntry
+	kids    []*aheadJob // listed, in the order of entries
 }
 
 // lister is a walk's listing-ahead goroutine and the walk's account of it
@@ -116,24 +130,25 @@ func (ls *lister) canSubmit() bool {
 }
 
 func (ls *lister) submit(q *aheadQueue, e *statEntry) *aheadJob {
-	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{})}
+	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{}), kidsOK: q.depth+1 < heldLevels}
 	ls.pending++
 	ls.jobs <- j
 	return j
 }
 
 // take ends j for the walk, which has opened its directory as sub: the
-// lister's entries when they are sub's as it is now, else nil (the walk
-// lists sub itself, as without the lister). While the lister is still
-// listing j, the walk lists later jobs of the same directory itself
-// (with buf) rather than wait.
-func (ls *lister) take(j *aheadJob, sub *level, buf []byte) []*statEntry {
+// lister's entries when they are sub's as it is now, with the
+// subdirectories listed with them (kids, for the walk's queue of sub),
+// else nil (the walk lists sub itself, as without the lister). While the
+// lister is still listing j, the walk lists later jobs of the same
+// directory itself (with buf) rather than wait.
+func (ls *lister) take(j *aheadJob, sub *level, buf []byte) ([]*statEntry, []*aheadJob) {
 	if j == nil {
-		return nil
+		return nil, nil
 	}
 	ls.pending--
 	if j.state.CompareAndSwap(jobQueued, jobTaken) {
-		return nil // not started: listing it here is as quick
+		return nil, nil // not started: listing it here is as quick
 	}
 	for waiting := true; waiting; {
 		select {
@@ -150,10 +165,10 @@ func (ls *lister) take(j *aheadJob, sub *level, buf []byte) []*statEntry {
 		}
 	}
 	if !j.ok || j.ctime != sub.ctime {
-		return nil
+		return nil, nil
 	}
 	ls.used++
-	return j.entries
+	return j.entries, j.kids
 }
 
 // drop ends j, which the walk does not enter (skipped, or the walk ends).
@@ -210,15 +225,73 @@ func (j *aheadJob) list(buf []byte) {
 		return
 	}
 	j.ok, j.ctime, j.entries = true, st.Ctim, entries
+	if j.kidsOK {
+		j.kids = listKids(fd, entries, buf)
+	}
+}
+
+// aheadKidEntries bounds the entries of the subdirectories listed with
+// one job (memory: a directory of a million files is left to the walk).
+var aheadKidEntries = 8192
+
+// listKids lists the first subdirectories among entries, those of the
+// directory open as fd, while the walk is still elsewhere: without them
+// the walk enters a directory of directories and needs its first
+// subdirectory at once, before the lister could list it. Each is a job
+// listed as any other (same identity and settling checks); the walk
+// takes them with their parent's entries (take) into its queue for the
+// parent (aheadQueue.adopt).
+func listKids(fd int, entries []*statEntry, buf []byte) []*aheadJob {
+	var kids []*aheadJob
+	budget := aheadKidEntries
+	for _, e := range entries {
+		if len(kids) == aheadPerDir || budget <= 0 {
+			break
+		}
+		if !e.IsDir() {
+			continue
+		}
+		k := &aheadJob{dirfd: fd, name: e.name, id: e.id(), done: make(chan struct{})}
+		k.state.Store(jobListing)
+		k.list(buf)
+		k.dirfd = -1
+		close(k.done)
+		if aheadListed != nil {
+			aheadListed()
+		}
+		if budget -= len(k.entries); !k.ok || budget < 0 {
+			break
+		}
+		kids = append(kids, k)
+	}
+	return kids
 }
 
 // aheadQueue is one directory's jobs, in the order of its entries.
 type aheadQueue struct {
 	ls      *lister
 	dirfd   int
+	depth   int // of the directory, below the start of the walk
 	entries []*statEntry
 	next    int // the next entry to consider submitting
 	q       []queued
+}
+
+// adopt queues the subdirectories the lister listed with the directory's
+// entries (take), as if submitted (they are listed already).
+func (a *aheadQueue) adopt(kids []*aheadJob) {
+	for _, k := range kids {
+		for a.next < len(a.entries) && (a.entries[a.next].name != k.name || !a.entries[a.next].IsDir()) {
+			a.next++
+		}
+		if a.next == len(a.entries) {
+			return // not among the entries: dropped, as a job never submitted
+		}
+		k.q = a
+		a.ls.pending++
+		a.q = append(a.q, queued{a.next, k})
+		a.next++
+	}
 }
 
 type queued struct {

@@ -97,8 +97,8 @@ func TestWalkListingAheadReportsTheSameEntries(t *testing.T) {
 }
 
 // A directory changed after it was listed ahead (an entry added, one
-// removed) is listed again when the walk enters it; one swapped for a
-// link is not followed; one skipped is not walked; and the walk gives
+// removed), itself or as a subdirectory listed with its parent, is listed
+// again when the walk enters it; one swapped for a link is not followed; one skipped is not walked; and the walk gives
 // back every descriptor.
 func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 	fx := aheadTree(t, 12)
@@ -112,8 +112,14 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 		if p != "inside/d00/f00" {
 			return
 		}
-		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
+		// The jobs d01-d04 with their subdirectories, and d00/sub.
+		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= 2*aheadPerDir+1 }, "the lister")
 		for _, err := range []error{
+			// Subdirectories listed with their parent: one changed, one
+			// swapped for a link.
+			os.WriteFile(filepath.Join(in, "d01", "sub", "new"), nil, 0o644),
+			os.Rename(filepath.Join(in, "d05", "sub"), filepath.Join(fx.root, "moved-sub")),
+			os.Symlink(fx.outside, filepath.Join(in, "d05", "sub")),
 			os.WriteFile(filepath.Join(in, "d02", "new"), nil, 0o644),
 			os.Remove(filepath.Join(in, "d03", "f05")),
 			os.Rename(filepath.Join(in, "d04"), filepath.Join(fx.root, "moved")),
@@ -124,11 +130,11 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 			}
 		}
 	})
-	if !seen["inside/d02/new"] || seen["inside/d03/f05"] || !seen["inside/d03/f04"] {
+	if !seen["inside/d02/new"] || seen["inside/d03/f05"] || !seen["inside/d03/f04"] || !seen["inside/d01/sub/new"] {
 		t.Fatalf("the walk missed a change made after the listing ahead: d02/new %v, d03/f05 %v, d03/f04 %v",
 			seen["inside/d02/new"], seen["inside/d03/f05"], seen["inside/d03/f04"])
 	}
-	if seen["inside/d04/f00"] || seen["inside/d04/sub"] || seen["inside/d04/secret.txt"] {
+	if seen["inside/d04/f00"] || seen["inside/d04/sub"] || seen["inside/d04/secret.txt"] || seen["inside/d05/sub/secret.txt"] {
 		t.Fatal("the walk went into a directory swapped for a link after its listing ahead")
 	}
 	if n := openFDs(t); n != base {
@@ -176,5 +182,81 @@ func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 		if n := openFDs(t); n != base {
 			t.Fatalf("stop %v: %d descriptors open after the walk, %d before", stop, n, base)
 		}
+	}
+}
+
+// The lister lists the first subdirectories of a directory with it, as
+// jobs listed already: at most aheadPerDir, none after one it could not
+// use (changed too recently), and none past aheadKidEntries entries.
+func TestListKids(t *testing.T) {
+	fx := newFixture(t, Options{UID: -1, GID: -1})
+	p := filepath.Join(fx.root, "p")
+	for _, d := range []string{"a", "b", "c", "d", "e", "q/x", "q/y", "q/z", "r/big", "r/small"} {
+		if err := os.MkdirAll(filepath.Join(p, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 2 {
+			os.WriteFile(filepath.Join(p, d, fmt.Sprintf("f%d", k)), nil, 0o644)
+		}
+	}
+	for k := range 10 {
+		os.WriteFile(filepath.Join(p, "r", "big", fmt.Sprintf("g%d", k)), nil, 0o644)
+	}
+	oldSettled, oldBudget := aheadSettled, aheadKidEntries
+	aheadSettled, aheadKidEntries = 30*time.Millisecond, 8
+	t.Cleanup(func() { aheadSettled, aheadKidEntries = oldSettled, oldBudget })
+	time.Sleep(2 * aheadSettled)
+	os.WriteFile(filepath.Join(p, "q", "y", "recent"), nil, 0o644)
+	kidsOf := func(dir string) []string {
+		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		buf := make([]byte, direntBuf)
+		entries, _, err := listLevel(&level{fd: fd}, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, k := range listKids(fd, entries, buf) {
+			select {
+			case <-k.done:
+			default:
+				t.Fatalf("%s: not done", k.name)
+			}
+			if !k.ok || k.state.Load() != jobListing || k.dirfd != -1 || len(k.entries) < 2 {
+				t.Fatalf("%s: ok %v, state %d, dirfd %d, %d entries", k.name, k.ok, k.state.Load(), k.dirfd, len(k.entries))
+			}
+			names = append(names, k.name)
+		}
+		return names
+	}
+	if got := fmt.Sprint(kidsOf(p)); got != fmt.Sprint([]string{"a", "b", "c", "d"}) {
+		t.Fatalf("kids of p: %s", got)
+	}
+	if got := fmt.Sprint(kidsOf(filepath.Join(p, "q"))); got != "[x]" {
+		t.Fatalf("kids of q (y changed just now): %s", got)
+	}
+	if got := fmt.Sprint(kidsOf(filepath.Join(p, "r"))); got != "[]" {
+		t.Fatalf("kids of r (big has more entries than the budget): %s", got)
+	}
+}
+
+// The walk queues the subdirectories listed with a directory at their
+// entries, as submitted jobs.
+func TestAheadQueueAdopt(t *testing.T) {
+	dir := func(name string) *statEntry { return &statEntry{name: name, st: syscall.Stat_t{Mode: syscall.S_IFDIR}} }
+	file := func(name string) *statEntry { return &statEntry{name: name, st: syscall.Stat_t{Mode: syscall.S_IFREG}} }
+	ls := &lister{}
+	a := &aheadQueue{ls: ls, entries: []*statEntry{file("a"), dir("b"), file("c"), dir("d"), dir("e")}}
+	a.adopt([]*aheadJob{{name: "b"}, {name: "d"}})
+	if len(a.q) != 2 || a.q[0].i != 1 || a.q[1].i != 3 || a.next != 4 || ls.pending != 2 || a.q[0].j.q != a {
+		t.Fatalf("queue %+v, next %d, pending %d", a.q, a.next, ls.pending)
+	}
+	b := &aheadQueue{ls: ls, entries: []*statEntry{dir("x")}}
+	b.adopt([]*aheadJob{{name: "gone"}})
+	if len(b.q) != 0 || ls.pending != 2 {
+		t.Fatalf("a subdirectory not among the entries was queued: %+v", b.q)
 	}
 }
