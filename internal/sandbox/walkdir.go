@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"slices"
@@ -154,7 +156,7 @@ func listLevel(l *level, buf []byte) ([]*statEntry, string, error) {
 		if n <= 0 {
 			break
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		names = appendDirentNames(names, buf[:n])
 	}
 	slices.Sort(names)
 	// One allocation for the entries, one for the names' C strings: not
@@ -175,6 +177,39 @@ func listLevel(l *level, buf []byte) ([]*statEntry, string, error) {
 		out = append(out, e)
 	}
 	return out, "", nil
+}
+
+// appendDirentNames appends the names of the getdents64 records in buf
+// but "." and "..", as unix.ParseDirent does, cut from one string for all
+// of them (ParseDirent allocates one per name). A record that does not
+// fit in buf ends the parse.
+func appendDirentNames(names []string, buf []byte) []string {
+	const nameAt = 19 // d_ino, d_off (8 bytes each), d_reclen (2), d_type (1)
+	var all []byte
+	var ends []int
+	for len(buf) >= nameAt {
+		reclen := int(binary.NativeEndian.Uint16(buf[16:]))
+		if reclen < nameAt || reclen > len(buf) {
+			break
+		}
+		rec := buf[:reclen]
+		buf = buf[reclen:]
+		name := rec[nameAt:]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		if binary.NativeEndian.Uint64(rec) == 0 || string(name) == "." || string(name) == ".." {
+			continue
+		}
+		all = append(all, name...)
+		ends = append(ends, len(all))
+	}
+	s, from := string(all), 0
+	for _, end := range ends {
+		names = append(names, s[from:end])
+		from = end
+	}
+	return names
 }
 
 // lstatAt is fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) with name
