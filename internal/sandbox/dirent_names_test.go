@@ -75,17 +75,3 @@ func TestAppendDirentNamesIsParseDirent(t *testing.T) {
 		t.Fatalf("%d names, ParseDirent's %d", len(got), len(want))
 	}
 }
-
-// FuzzAppendDirentNames: any bytes parse without a panic into names
-// holding no NUL.
-func FuzzAppendDirentNames(f *testing.F) {
-	f.Add(append(direntRecord(1, "a"), direntRecord(2, "..")...))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, name := range appendDirentNames(nil, b) {
-			if strings.IndexByte(name, 0) >= 0 || name == "." || name == ".." {
-				t.Fatalf("name %q", name)
-			}
-		}
-	})
-}

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"io/fs"
@@ -180,25 +179,20 @@ func listLevel(l *level, buf []byte) ([]*statEntry, string, error) {
 }
 
 // appendDirentNames appends the names of the getdents64 records in buf
-// but "." and "..", as unix.ParseDirent does, cut from one string for all
-// of them (ParseDirent allocates one per name). A record that does not
-// fit in buf ends the parse.
+// (parseDirent) but deleted ones, "." and "..", as unix.ParseDirent does,
+// cut from one string for all of them (ParseDirent allocates one per
+// name). A record that does not fit in buf ends the parse.
 func appendDirentNames(names []string, buf []byte) []string {
-	const nameAt = 19 // d_ino, d_off (8 bytes each), d_reclen (2), d_type (1)
 	var all []byte
 	var ends []int
-	for len(buf) >= nameAt {
-		reclen := int(binary.NativeEndian.Uint16(buf[16:]))
-		if reclen < nameAt || reclen > len(buf) {
+	for {
+		name, _, n, ok := parseDirent(buf)
+		if !ok {
 			break
 		}
-		rec := buf[:reclen]
-		buf = buf[reclen:]
-		name := rec[nameAt:]
-		if i := bytes.IndexByte(name, 0); i >= 0 {
-			name = name[:i]
-		}
-		if binary.NativeEndian.Uint64(rec) == 0 || string(name) == "." || string(name) == ".." {
+		deleted := binary.NativeEndian.Uint64(buf) == 0 // d_ino
+		buf = buf[n:]
+		if deleted || string(name) == "." || string(name) == ".." {
 			continue
 		}
 		all = append(all, name...)
