@@ -123,18 +123,12 @@ func (r *manifestReader) bytes(n int) []byte {
 	return out
 }
 
-func (r *manifestReader) uvarint() uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(errManifestShort)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *manifestReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+func (r *manifestReader) varint() int64   { return readVarint(r, binary.Varint) }
 
-func (r *manifestReader) varint() int64 {
-	v, n := binary.Varint(r.b)
+// readVarint reads a number with read (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *manifestReader, read func([]byte) (T, int)) T {
+	v, n := read(r.b)
 	if n <= 0 {
 		r.fail(errManifestShort)
 		return 0

@@ -52,10 +52,9 @@ type Writer struct {
 	m      Manifest
 	pinned map[blobID]struct{} // guarded by s.mu
 	// The previous backup's chunks (LatestIndex), pinned as lists (keys
-	// listPins) rather than one by one: a second backup reuses tens of
-	// thousands of them.
-	pinnedList []blobID
-	listPins   []int
+	// of Store.listPins) rather than one by one: a second backup reuses
+	// tens of thousands of them.
+	listPins []int
 
 	// The caller's side: the batch being gathered, where its last part
 	// ends, whether part of the open segment went to the chunker
@@ -599,7 +598,7 @@ func (w *Writer) release(committed bool) {
 	} else {
 		w.s.unpin(w.pinned, w.listPins)
 	}
-	w.pinned, w.pinnedList, w.listPins = map[blobID]struct{}{}, nil, nil
+	w.pinned, w.listPins = map[blobID]struct{}{}, nil
 	w.s.mu.Lock()
 	for _, p := range w.packs {
 		delete(w.s.inflight, p.ID)
@@ -658,8 +657,10 @@ func (w *Writer) Commit() (Manifest, error) {
 		for h := range w.pinned {
 			s.gcKeep[h] = struct{}{}
 		}
-		for _, h := range w.pinnedList {
-			s.gcKeep[h] = struct{}{}
+		for _, k := range w.listPins {
+			for _, h := range s.listPins[k] {
+				s.gcKeep[h] = struct{}{}
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -920,12 +921,7 @@ func (w *Writer) LatestIndex(server string) *FileIndex {
 		}
 	}
 	s.mu.Lock()
-	w.listPins = append(w.listPins, s.pinListLocked(ids))
-	if w.pinnedList == nil {
-		w.pinnedList = ids // read only: it may be the cache's
-	} else {
-		w.pinnedList = slices.Concat(w.pinnedList, ids)
-	}
+	w.listPins = append(w.listPins, s.pinListLocked(ids)) // ids: read only, may be the cache's
 	s.mu.Unlock()
 	if !s.exists(manifestName(latest.Server, latest.Backup)) {
 		return nil // deleted meanwhile: its blobs may be gone
