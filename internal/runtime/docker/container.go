@@ -31,6 +31,27 @@ var hardenedCapDrop = []string{
 	"fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
 }
 
+// installerCapDrop is the capability set dropped from installers: the
+// game's set but for what an install script run as root needs. Kept (the
+// engine grants them by default), each for a reason:
+//   - dac_override, fowner, fsetid: root writing into directories and
+//     changing the modes of files it does not own (the server's files
+//     belong to the node's user; dpkg and apt set owners and modes, apt's
+//     download area belongs to _apt), with set-group-id bits kept;
+//   - audit_write: libpam fails a root su/runuser (PAM_SYSTEM_ERR) when
+//     the kernel refuses its audit message with EPERM, which it does
+//     without this capability.
+//
+// Dropped as for the game: net_raw (no raw or packet sockets: no ARP
+// spoofing of a neighbour on the bridge, the reason for this list), mknod
+// (device nodes; FIFOs need nothing), setpcap, setfcap (a postinst that
+// runs setcap falls back to set-user-id; no-new-privileges voids both
+// anyway), net_bind_service, sys_chroot, sys_ptrace. chown, setuid, setgid
+// and kill are kept by both sets.
+var installerCapDrop = []string{
+	"setpcap", "mknod", "net_raw", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
+}
+
 // Create removes any container named spec.Name (unless another node
 // created it: see Remove), then creates (never starts) a new one from spec.
 func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error {
@@ -106,10 +127,16 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 	if spec.LogConfig.Type != "" {
 		hostCfg.LogConfig = container.LogConfig{Type: spec.LogConfig.Type, Config: spec.LogConfig.Config}
 	}
-	if spec.Hardened {
+	switch {
+	case spec.Hardened && spec.HardenedInstaller:
+		return nil, nil, errors.New("a container is hardened as a server or as an installer, not both")
+	case spec.Hardened:
 		hostCfg.SecurityOpt = []string{"no-new-privileges"}
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
+	case spec.HardenedInstaller:
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
+		hostCfg.CapDrop = append([]string(nil), installerCapDrop...)
 	}
 	if spec.QuotaLocked {
 		profile, err := quotaSeccompProfile()
