@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,4 +248,110 @@ func spoofOnPlainNetwork(t *testing.T, cli *client.Client, img, probe string) {
 		t.Fatalf("the victim's entry for the gateway %s holds %s, never the attacker's %s: the probe does not spoof",
 			victim.gateway, neighbourMAC(t, victim.pid, victim.gateway), attacker.mac)
 	}
+}
+
+// TestInstallerKeepsTheUsualTools: hardened, an install script still does
+// what eggs do as root: writes into and chowns inside the server's
+// directory whose files belong to another user (dac_override, chown),
+// sets a set-group-id mode on a file it does not own and keeps the bit
+// (fowner, fsetid), downloads with wget from an HTTP server (the test's,
+// on the node's gateway address), drops to an unprivileged user with su
+// (setuid, setgid), writes into its own root filesystem (/etc/passwd) and
+// installs a package with dpkg (busybox's dpkg -i of a .deb built here
+// with dpkg-deb). The image is the test busybox: it has no curl and no apt.
+func TestInstallerKeepsTheUsualTools(t *testing.T) {
+	parallelDocker(t)
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Fatal("dpkg-deb (package dpkg) is needed to build the test's .deb")
+	}
+	testimages.Busybox(context.Background(), t)
+	s := newGameServer(t)
+	s.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh", Script: usualToolsScript}
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}})
+	dir := n.serverDir(s.UUID)
+
+	// What the game left: a directory and a file of the game's user.
+	mustWrite(t, filepath.Join(dir, "owned", "f"), "f", 0o644)
+	for _, p := range []string{"owned", "owned/f"} {
+		if err := os.Chown(filepath.Join(dir, p), 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "owned"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A download server on the node's gateway address.
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.Config.Docker.Network.Interfaces.V4.Gateway, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "downloaded-by-wget\n")
+	})}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-served })
+	mustWrite(t, filepath.Join(dir, "url"), "http://"+ln.Addr().String()+"/file", 0o644)
+	mustWrite(t, filepath.Join(dir, "tiny.deb"), string(tinyDeb(t)), 0o644)
+
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/install", nil, ""); res.StatusCode != 202 {
+		t.Fatalf("install: %d %s", res.StatusCode, body)
+	}
+	ok, _ := installStatus(t, n, s.UUID)
+	log, err := os.ReadFile(filepath.Join(n.Config.System.LogDirectory, "install", s.UUID+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("the install failed:\n%s", log)
+	}
+	for _, want := range []string{"mode 2755", "su 1000:1000", "by-steam 1000:1000", "dpkg hello-from-deb", "installed ok"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("the install log lacks %q:\n%s", want, log)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "owned", "new"), &st); err != nil || st.Uid != 1001 || st.Gid != 1001 {
+		t.Errorf("owned/new: owner %d:%d (%v), want 1001:1001", st.Uid, st.Gid, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "downloaded.txt")); err != nil || string(b) != "downloaded-by-wget\n" {
+		t.Errorf("the download: %q %v", b, err)
+	}
+}
+
+// usualToolsScript fails (set -e) at the first step that does not work.
+const usualToolsScript = `set -e
+cd /mnt/server
+echo new > owned/new
+chown 1001:1001 owned/new
+chmod 2755 owned/f
+echo "mode $(stat -c %a owned/f)"
+wget -q -O downloaded.txt "$(cat url)"
+mkdir -p /etc
+printf 'root:x:0:0:root:/root:/bin/sh\nsteam:x:1000:1000:steam:/mnt/server:/bin/sh\n' > /etc/passwd
+printf 'root:x:0:\nsteam:x:1000:\n' > /etc/group
+su -s /bin/sh steam -c 'echo "su $(id -u):$(id -g)"; echo steam > /tmp/by-steam'
+echo "by-steam $(stat -c %u:%g /tmp/by-steam)"
+mkdir -p /var/lib/dpkg/info
+touch /var/lib/dpkg/status
+dpkg -i /mnt/server/tiny.deb
+echo "dpkg $(cat /usr/share/wharf-tiny/hello.txt)"
+echo "installed ok"
+`
+
+// tinyDeb builds a one-file .deb (gzip members, which busybox's dpkg reads).
+func tinyDeb(t *testing.T) []byte {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "pkg")
+	mustWrite(t, filepath.Join(root, "DEBIAN", "control"), "Package: wharf-tiny\nVersion: 1.0\nArchitecture: all\nMaintainer: Wharf tests <tests@wharf.invalid>\nDescription: one file\n", 0o644)
+	mustWrite(t, filepath.Join(root, "usr", "share", "wharf-tiny", "hello.txt"), "hello-from-deb\n", 0o644)
+	deb := root + ".deb"
+	if out, err := exec.Command("dpkg-deb", "--root-owner-group", "-Zgzip", "--build", root, deb).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(deb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
