@@ -32,24 +32,22 @@ var hardenedCapDrop = []string{
 }
 
 // installerCapDrop is the capability set dropped from installers: the
-// game's set but for what an install script run as root needs. Kept (the
-// engine grants them by default), each for a reason:
-//   - dac_override, fowner, fsetid: root writing into directories and
-//     changing the modes of files it does not own (the server's files
-//     belong to the node's user; dpkg and apt set owners and modes, apt's
-//     download area belongs to _apt), with set-group-id bits kept;
-//   - audit_write: libpam fails a root su/runuser (PAM_SYSTEM_ERR) when
-//     the kernel refuses its audit message with EPERM, which it does
-//     without this capability.
+// game's set but for what an install script run as root needs to write
+// files it does not own. Kept (the engine grants them by default):
+// dac_override, fowner and fsetid: root writing into directories and
+// changing the modes of files it does not own (the server's files belong
+// to the node's user; dpkg and apt set owners and modes on what they
+// unpack, apt's download area belongs to _apt), set-group-id bits kept.
 //
 // Dropped as for the game: net_raw (no raw or packet sockets: no ARP
 // spoofing of a neighbour on the bridge, the reason for this list), mknod
-// (device nodes; FIFOs need nothing), setpcap, setfcap (a postinst that
-// runs setcap falls back to set-user-id; no-new-privileges voids both
-// anyway), net_bind_service, sys_chroot, sys_ptrace. chown, setuid, setgid
-// and kill are kept by both sets.
+// (device nodes; FIFOs need nothing), audit_write (libaudit hides the
+// refusal from a process without it: a root su or runuser still works),
+// setpcap, setfcap (a postinst that runs setcap falls back to
+// set-user-id; no-new-privileges voids both anyway), net_bind_service,
+// sys_chroot, sys_ptrace. chown, setuid, setgid and kill are kept by both.
 var installerCapDrop = []string{
-	"setpcap", "mknod", "net_raw", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
+	"setpcap", "mknod", "audit_write", "net_raw", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
 }
 
 // Create removes any container named spec.Name (unless another node
