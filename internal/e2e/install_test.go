@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,14 @@ func TestInstallSuccess(t *testing.T) {
 		}
 		if hc.PidsLimit == nil || *hc.PidsLimit <= 0 {
 			t.Errorf("installer pids limit %v", hc.PidsLimit)
+		}
+		// Hardened as an installer (what that stops and keeps working:
+		// installer_attacks_test.go): no raw sockets, no new privileges,
+		// a writable root filesystem for the packages it installs.
+		if !slices.Contains(hc.SecurityOpt, "no-new-privileges") || !slices.ContainsFunc(hc.CapDrop, func(c string) bool {
+			return strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), "net_raw")
+		}) || hc.ReadonlyRootfs {
+			t.Errorf("installer security options %v, dropped capabilities %v, read-only root %v", hc.SecurityOpt, hc.CapDrop, hc.ReadonlyRootfs)
 		}
 		// The higher of installer_limits (1024 MB, 100%) and the server's (2048 MB, 50%).
 		if hc.Memory < 2048<<20 || hc.CPUQuota != 100000 {

@@ -111,8 +111,14 @@ type ContainerSpec struct {
 	LogConfig  LogConfig
 	UsernsMode string
 	// Hardened applies no-new-privileges, a read-only root filesystem and
-	// the dropped capability set. Installers are not hardened this way.
+	// the dropped capability set of game servers.
 	Hardened bool
+	// HardenedInstaller is the installer's hardening: no-new-privileges and
+	// the game's dropped capability set minus what a package manager run as
+	// root needs (raw and packet sockets stay refused); the root filesystem
+	// stays writable, as eggs install packages into the image. Exclusive
+	// with Hardened.
+	HardenedInstaller bool
 	// QuotaLocked runs the container under Docker's default seccomp profile
 	// with the ioctls that change a file's project quota refused
 	// (system.quotas: a process must not take its files out of the quota).

@@ -157,7 +157,11 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 
 // installerSpec: never privileged, the image's own user, no Docker socket,
 // only /mnt/server and /mnt/install mounted, limits = the higher of the
-// installer limits and the server's, and a PID limit.
+// installer limits and the server's, and a PID limit. Hardened for an
+// installer: no-new-privileges and no raw or packet sockets (the script
+// runs the owner's code on the bridge shared with every server), with the
+// capabilities a package manager run as root needs and a writable root
+// filesystem (docker's installerCapDrop says which and why).
 func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir string) runtime.ContainerSpec {
 	cfg := s.deps.Config.Get()
 	d := cfg.Docker
@@ -192,6 +196,8 @@ func (s *Server) installerSpec(def Definition, image, entrypoint, scriptDir stri
 		Network:    d.Network.Mode,
 		LogConfig:  runtime.LogConfig{Type: d.LogConfig.Type, Config: d.LogConfig.Config},
 		UsernsMode: d.UsernsMode,
+		// The script runs the owner's code (npm and pip hooks).
+		HardenedInstaller: true,
 		// The install script writes into the same quota as the game.
 		QuotaLocked: cfg.System.Quotas.Enabled,
 	}

@@ -31,6 +31,25 @@ var hardenedCapDrop = []string{
 	"fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
 }
 
+// installerCapDrop is the capability set dropped from installers: the
+// game's set but for what an install script run as root needs to write
+// files it does not own. Kept (the engine grants them by default):
+// dac_override, fowner and fsetid: root writing into directories and
+// changing the modes of files it does not own (the server's files belong
+// to the node's user; dpkg and apt set owners and modes on what they
+// unpack, apt's download area belongs to _apt), set-group-id bits kept.
+//
+// Dropped as for the game: net_raw (no raw or packet sockets: no ARP
+// spoofing of a neighbour on the bridge, the reason for this list), mknod
+// (device nodes; FIFOs need nothing), audit_write (libaudit hides the
+// refusal from a process without it: a root su or runuser still works),
+// setpcap, setfcap (a postinst that runs setcap falls back to
+// set-user-id; no-new-privileges voids both anyway), net_bind_service,
+// sys_chroot, sys_ptrace. chown, setuid, setgid and kill are kept by both.
+var installerCapDrop = []string{
+	"setpcap", "mknod", "audit_write", "net_raw", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace",
+}
+
 // Create removes any container named spec.Name (unless another node
 // created it: see Remove), then creates (never starts) a new one from spec.
 func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error {
@@ -106,10 +125,16 @@ func containerConfig(spec runtime.ContainerSpec) (*container.Config, *container.
 	if spec.LogConfig.Type != "" {
 		hostCfg.LogConfig = container.LogConfig{Type: spec.LogConfig.Type, Config: spec.LogConfig.Config}
 	}
-	if spec.Hardened {
+	switch {
+	case spec.Hardened && spec.HardenedInstaller:
+		return nil, nil, errors.New("a container is hardened as a server or as an installer, not both")
+	case spec.Hardened:
 		hostCfg.SecurityOpt = []string{"no-new-privileges"}
 		hostCfg.ReadonlyRootfs = true
 		hostCfg.CapDrop = append([]string(nil), hardenedCapDrop...)
+	case spec.HardenedInstaller:
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
+		hostCfg.CapDrop = append([]string(nil), installerCapDrop...)
 	}
 	if spec.QuotaLocked {
 		profile, err := quotaSeccompProfile()

@@ -3,6 +3,8 @@ package docker
 import (
 	"encoding/base64"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moby/moby/api/types/container"
@@ -141,6 +143,47 @@ func TestContainerConfigDefaults(t *testing.T) {
 	res := resources(runtime.Limits{MemoryBytes: 1}, true)
 	if res.OomKillDisable != nil || res.PidsLimit != nil {
 		t.Errorf("update resources = %+v", res)
+	}
+}
+
+// An installer gets no-new-privileges and the installer's dropped set: no
+// NET_RAW, but the capabilities a package manager run as root needs, and a
+// writable root filesystem. Both hardenings at once is a mistake.
+func TestContainerConfigHardenedInstaller(t *testing.T) {
+	_, hc, err := containerConfig(runtime.ContainerSpec{Name: "u_installer", Image: "img", HardenedInstaller: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc.ReadonlyRootfs || strings.Join(hc.SecurityOpt, ",") != "no-new-privileges" {
+		t.Errorf("read-only %v security options %v", hc.ReadonlyRootfs, hc.SecurityOpt)
+	}
+	dropped := strings.ToLower(strings.Join(hc.CapDrop, ","))
+	for _, c := range []string{"net_raw", "mknod", "audit_write", "setpcap", "setfcap", "sys_chroot", "net_bind_service", "sys_ptrace"} {
+		if !slices.Contains(hc.CapDrop, c) {
+			t.Errorf("installer CapDrop %q lacks %s", dropped, c)
+		}
+	}
+	for _, c := range []string{"chown", "dac_override", "fowner", "fsetid", "setuid", "setgid", "kill"} {
+		if slices.Contains(hc.CapDrop, c) {
+			t.Errorf("installer CapDrop %q drops %s, which installs need", dropped, c)
+		}
+	}
+	// Every capability the installer drops, the game drops too.
+	for _, c := range installerCapDrop {
+		if !slices.Contains(hardenedCapDrop, c) {
+			t.Errorf("the installer drops %s, the game does not", c)
+		}
+	}
+	spec := runtime.ContainerSpec{Name: "u", Image: "img", HardenedInstaller: true, Hardened: true}
+	if _, _, err := containerConfig(spec); err == nil {
+		t.Error("a spec hardened both ways was accepted")
+	}
+	// With the quota lock, the seccomp profile is added after no-new-privileges.
+	spec = runtime.ContainerSpec{Name: "u", Image: "img", HardenedInstaller: true, QuotaLocked: true}
+	if _, hc, err := containerConfig(spec); err != nil {
+		t.Error(err)
+	} else if len(hc.SecurityOpt) != 2 || hc.SecurityOpt[0] != "no-new-privileges" {
+		t.Errorf("quota-locked installer security options %.80q", hc.SecurityOpt)
 	}
 }
 
