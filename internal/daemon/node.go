@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
+	"github.com/wharf/wharf/internal/logtail"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/quota"
@@ -28,12 +29,13 @@ import (
 // the start of the subsystem that owns it; later subsystems read earlier
 // ones' fields.
 type node struct {
-	opts   Options
-	log    *slog.Logger
-	level  *slog.LevelVar
-	store  *config.Store
-	client *panel.Client
-	rt     runtime.Runtime
+	opts    Options
+	log     *slog.Logger
+	logTail *logtail.Tail // the last log lines, for the diagnostics report
+	level   *slog.LevelVar
+	store   *config.Store
+	client  *panel.Client
+	rt      runtime.Runtime
 
 	// nodeCtx is the context of the servers and the node's jobs: it lives
 	// as long as the daemon process, not the run context.
@@ -246,7 +248,8 @@ func (n *node) api(ctx context.Context) *httpapi.API {
 		Denylist: n.denylist, Websockets: n.hub, Activity: n.acts, Pulls: n.pulls,
 		OnConfigApplied: func(_, next *config.Config) { n.setLevel(next) },
 		Runtime:         n.rt, ConfigPath: n.opts.ConfigPath, Commit: n.opts.Commit,
-		Stopping: ctx,
+		RecentLogs: n.logTail.Last,
+		Stopping:   ctx,
 	})
 }
 

@@ -22,8 +22,12 @@ import (
 	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
-// Redacted replaces every secret in the report.
-const Redacted = "REDACTED"
+// Redacted replaces every secret in the report; RedactedEndpoint an address
+// left out on request.
+const (
+	Redacted         = "REDACTED"
+	RedactedEndpoint = "{redacted}"
+)
 
 // Options configure a report.
 type Options struct {
@@ -38,6 +42,11 @@ type Options struct {
 	Logs func(ctx context.Context, n int) ([]string, error)
 	// DockerHost overrides DOCKER_HOST (tests).
 	DockerHost string
+	// HideEndpoints replaces the node's addresses (the panel's URL, the API's
+	// and SFTP's host and port, the metrics listener, S3 endpoints) wherever
+	// they appear, for a report that is pasted in public (Pelican's
+	// include_endpoints=false). Secrets are always replaced.
+	HideEndpoints bool
 }
 
 // Write produces the report on out.
@@ -56,7 +65,7 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 	dockerInfo(ctx, &b, opts.DockerHost)
 
 	section("Configuration " + opts.ConfigPath)
-	cfg, secrets := configuration(&b, opts.ConfigPath)
+	cfg, secrets := configuration(&b, opts.ConfigPath, opts.HideEndpoints)
 
 	if cfg != nil {
 		section("Panel")
@@ -71,7 +80,11 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		logSection(ctx, &b, opts)
 	}
 
-	_, err := io.WriteString(out, scrub(b.String(), secrets))
+	report := scrub(b.String(), secrets)
+	if opts.HideEndpoints && cfg != nil {
+		report = scrubWith(report, endpoints(cfg), RedactedEndpoint)
+	}
+	_, err := io.WriteString(out, report)
 	return err
 }
 
@@ -93,10 +106,12 @@ func logSection(ctx context.Context, b *strings.Builder, opts Options) {
 }
 
 // scrub replaces every occurrence of a secret value.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
+func scrub(s string, secrets []string) string { return scrubWith(s, secrets, Redacted) }
+
+func scrubWith(s string, values []string, with string) string {
+	for _, v := range values {
 		if len(v) >= 3 { // shorter values would blank out ordinary text
-			s = strings.ReplaceAll(s, v, Redacted)
+			s = strings.ReplaceAll(s, v, with)
 		}
 	}
 	return s
@@ -150,7 +165,7 @@ func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
 
 // configuration prints the configuration with its secrets replaced and
 // returns it with the secret values (for scrub).
-func configuration(b *strings.Builder, path string) (*config.Config, []string) {
+func configuration(b *strings.Builder, path string, hideEndpoints bool) (*config.Config, []string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(b, "(cannot read it: %v)\n", err)
@@ -184,6 +199,9 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 		secrets = append(secrets, c.Docker.Registries[name].Password)
 		redact(&r.Password)
 		shown.Docker.Registries[name] = r
+	}
+	if hideEndpoints {
+		hideEndpointsIn(shown)
 	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(b, "invalid: %v\n", err)

@@ -53,3 +53,40 @@ func TestPelicanDeauthorizeNestedBody(t *testing.T) {
 	}
 	stillOpen(t, bobSFTP, "another user after a refused request")
 }
+
+// TestPelicanDiagnosticsEndpointsAndLogs: the Pelican panel's node
+// diagnostics tab (DaemonSystemRepository::getDiagnostics) asks for
+// include_endpoints, include_logs and log_lines, and offers the report for
+// upload to a public paste site. As Pelican Wings (router/router_system.go),
+// the endpoints are left out unless include_endpoints=true, and the log lines
+// are the daemon's own, whatever started it: the test's daemon runs under no
+// systemd unit, so a report from the journal would have none.
+func TestPelicanDiagnosticsEndpointsAndLogs(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{fake: true})
+	panelURL := n.Config.Remote
+	get := func(query string) string {
+		t.Helper()
+		res, body := n.request("GET", "/api/diagnostics"+query, nil, "")
+		if res.StatusCode != 200 {
+			t.Fatalf("diagnostics%s: %d %s", query, res.StatusCode, body)
+		}
+		return string(body)
+	}
+	for _, q := range []string{"", "?include_endpoints=false&include_logs=true&log_lines=200"} {
+		if body := get(q); strings.Contains(body, panelURL) {
+			t.Fatalf("diagnostics%s show the panel's URL %s: the Pelican user pastes it in public\n%s", q, panelURL, body)
+		} else if !strings.Contains(body, "msg=starting") {
+			t.Fatalf("diagnostics%s have none of the daemon's own log lines (the Pelican user sees an empty log)\n%s", q, body)
+		}
+	}
+	if body := get("?include_endpoints=true&log_lines=5"); !strings.Contains(body, panelURL) {
+		t.Fatalf("include_endpoints=true leaves out the panel's URL\n%s", body)
+	}
+	if body := get("?include_logs=false"); strings.Contains(body, "log lines ==") || strings.Contains(body, "msg=starting") {
+		t.Fatalf("include_logs=false still shows log lines\n%s", body)
+	}
+	if strings.Contains(get("?include_endpoints=true"), n.Token) {
+		t.Fatal("the report prints the node token")
+	}
+}
