@@ -44,6 +44,10 @@ type API struct {
 	UploadLimit           int64          `yaml:"upload_limit" json:"upload_limit"` // MB per uploaded file
 	TrustedProxies        []string       `yaml:"trusted_proxies" json:"trusted_proxies"`
 	RemoteDownload        RemoteDownload `yaml:"remote_download" json:"remote_download"`
+	// RequireTokenScope refuses, on every face, a signed token without a
+	// scope claim. Pterodactyl since 1.12 and Pelican put one on every
+	// token; off by default so that Pterodactyl 1.11 panels keep working.
+	RequireTokenScope bool `yaml:"require_token_scope" json:"require_token_scope"`
 }
 
 // RemoteDownload holds the settings of the file manager's "download from

@@ -169,6 +169,7 @@ func (n *node) openOneTime(context.Context) error {
 	}
 	n.oneTime = oneTime
 	n.verifier = tokens.NewVerifier(func() []byte { return []byte(n.store.Get().Token) }, time.Now)
+	n.verifier.RequireScope(func() bool { return n.store.Get().API.RequireTokenScope })
 	return nil
 }
 

@@ -47,6 +47,9 @@ type Options struct {
 	// they appear, for a report that is pasted in public (Pelican's
 	// include_endpoints=false). Secrets are always replaced.
 	HideEndpoints bool
+	// TokenScopes counts the valid tokens the running daemon has seen with
+	// and without a scope claim; nil outside the daemon.
+	TokenScopes func() (scoped, unscoped int64)
 }
 
 // Write produces the report on out.
@@ -74,6 +77,8 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		diskSpace(&b, cfg)
 		section("Backups")
 		backupFormat(&b, cfg)
+		section("Tokens")
+		tokenScopes(&b, cfg, opts.TokenScopes)
 	}
 
 	if opts.LogLines > 0 {
@@ -269,6 +274,25 @@ func backupFormat(b *strings.Builder, c *config.Config) {
 			return
 		}
 		fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
+	}
+}
+
+// tokenScopes shows api.require_token_scope and, in the daemon, whether the
+// panel's tokens carry a scope: when all of them do, requiring it costs
+// nothing and refuses a token minted for one purpose on another face.
+func tokenScopes(b *strings.Builder, c *config.Config, seen func() (int64, int64)) {
+	fmt.Fprintf(b, "api.require_token_scope: %v\n", c.API.RequireTokenScope)
+	if seen == nil {
+		b.WriteString("(which tokens carry a scope: see the report of the running daemon, GET /api/diagnostics)\n")
+		return
+	}
+	scoped, unscoped := seen()
+	fmt.Fprintf(b, "valid tokens since the start: %d with a scope claim, %d without\n", scoped, unscoped)
+	switch {
+	case !c.API.RequireTokenScope && scoped > 0 && unscoped == 0:
+		b.WriteString("suggestion: the panel puts a scope on every token (Pterodactyl 1.12+ or Pelican): set api.require_token_scope: true\n")
+	case c.API.RequireTokenScope && unscoped > 0:
+		b.WriteString("warning: tokens without a scope were refused (a panel older than Pterodactyl 1.12?): its users cannot connect while api.require_token_scope is on\n")
 	}
 }
 

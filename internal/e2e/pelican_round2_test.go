@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/wharf/wharf/internal/config"
 )
 
 // TestPelicanDeauthorizeNestedBody: removing a subuser in the Pelican panel
@@ -88,5 +90,56 @@ func TestPelicanDiagnosticsEndpointsAndLogs(t *testing.T) {
 	}
 	if strings.Contains(get("?include_endpoints=true"), n.Token) {
 		t.Fatal("the report prints the node token")
+	}
+}
+
+// TestRequireTokenScope: Pterodactyl panels since 1.12 (pterodactyl/panel
+// #5636) and Pelican put a scope claim on every JWT they mint. With
+// api.require_token_scope on, a token without one is refused on every face
+// (the console's "jwt error", a 401 JSON error on signed URLs), and tokens
+// with their scope work; the diagnostics say what the panel sent.
+func TestRequireTokenScope(t *testing.T) {
+	t.Parallel()
+	n := signedNode(t, func(c *config.Config) { c.API.RequireTokenScope = true })
+	waitNextSecond()
+
+	scoped := func(c map[string]any, scope string) map[string]any { c["scope"] = scope; return c }
+	if res, body := n.get("/download/file?token=" + n.signURL(downloadClaims("hello.txt"))); res.StatusCode != 401 {
+		t.Fatalf("a download token without scope: %d %s (a Pelican user would download with a token of any purpose)", res.StatusCode, body)
+	} else {
+		assertJSONError(t, res, body, 401)
+	}
+	if res, body := n.get("/download/file?token=" + n.signURL(scoped(downloadClaims("hello.txt"), "file-download"))); res.StatusCode != 200 || string(body) != "hello, world\n" {
+		t.Fatalf("a download token with its scope: %d %q", res.StatusCode, body)
+	}
+
+	noScope := n.mustDial(t, signedServer)
+	noScope.send("auth", n.sign(t, wsClaims(signedServer, sftpOwner, "*")))
+	if m := noScope.expect2("auth success", "jwt error", 5*time.Second); m.Event != "jwt error" {
+		t.Fatal("a console token without scope was accepted")
+	}
+	withScope := n.mustDial(t, signedServer)
+	withScope.auth(n.sign(t, scoped(wsClaims(signedServer, sftpOwner, "*"), "websocket")))
+
+	res, body := n.request("GET", "/api/diagnostics?include_logs=false", nil, "")
+	if res.StatusCode != 200 || !strings.Contains(string(body), "api.require_token_scope: true") ||
+		!strings.Contains(string(body), "with a scope claim") || !strings.Contains(string(body), "were refused") {
+		t.Fatalf("diagnostics: %d\n%s", res.StatusCode, body)
+	}
+}
+
+// TestDiagnosticsSuggestRequiringScopes: when every token the panel sent
+// carried a scope, the report suggests turning the check on.
+func TestDiagnosticsSuggestRequiringScopes(t *testing.T) {
+	t.Parallel()
+	n := signedNode(t, nil)
+	c := downloadClaims("hello.txt")
+	c["scope"] = "file-download"
+	if res, _ := n.get("/download/file?token=" + n.signURL(c)); res.StatusCode != 200 {
+		t.Fatalf("download: %d", res.StatusCode)
+	}
+	res, body := n.request("GET", "/api/diagnostics?include_logs=false", nil, "")
+	if res.StatusCode != 200 || !strings.Contains(string(body), "set api.require_token_scope: true") {
+		t.Fatalf("diagnostics: %d\n%s", res.StatusCode, body)
 	}
 }

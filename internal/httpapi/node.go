@@ -188,7 +188,7 @@ func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	var b strings.Builder
 	if err := diagnostics.Write(ctx, &b, diagnostics.Options{
 		ConfigPath: a.ConfigPath, Version: a.Version, Commit: a.Commit, LogLines: lines,
-		HideEndpoints: hide, Logs: a.recentLogs(),
+		HideEndpoints: hide, Logs: a.recentLogs(), TokenScopes: a.tokenScopes(),
 	}); err != nil {
 		return err
 	}
@@ -205,6 +205,14 @@ func (a *API) recentLogs() func(context.Context, int) ([]string, error) {
 		return nil
 	}
 	return func(_ context.Context, n int) ([]string, error) { return a.RecentLogs(n), nil }
+}
+
+// tokenScopes counts the scoped tokens seen, for the diagnostics' suggestion.
+func (a *API) tokenScopes() func() (int64, int64) {
+	if a.Tokens == nil {
+		return nil
+	}
+	return a.Tokens.ScopesSeen
 }
 
 // pruneReport is Docker's image prune report, which Pelican Wings passes on
