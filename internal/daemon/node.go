@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/sftpd"
+	"github.com/wharf/wharf/internal/statepush"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
@@ -29,13 +30,14 @@ import (
 // the start of the subsystem that owns it; later subsystems read earlier
 // ones' fields.
 type node struct {
-	opts    Options
-	log     *slog.Logger
-	logTail *logtail.Tail // the last log lines, for the diagnostics report
-	level   *slog.LevelVar
-	store   *config.Store
-	client  *panel.Client
-	rt      runtime.Runtime
+	opts      Options
+	log       *slog.Logger
+	logTail   *logtail.Tail // the last log lines, for the diagnostics report
+	statePush *statepush.Pusher
+	level     *slog.LevelVar
+	store     *config.Store
+	client    *panel.Client
+	rt        runtime.Runtime
 
 	// nodeCtx is the context of the servers and the node's jobs: it lives
 	// as long as the daemon process, not the run context.
@@ -68,6 +70,9 @@ func (n *node) subsystems() []subsystem {
 		{name: "network", start: n.ensureNetwork},
 		{name: "node context", start: n.openNodeContext, stop: func() { n.stopNode() }},
 		{name: "quotas", start: n.openQuotas, stop: n.closeQuotas},
+		// Started before the servers (their restored states are pushed) and
+		// stopped after them (their last changes are queued).
+		{name: "state pushes", start: n.startStatePush, stop: func() { n.statePush.Close() }},
 		{name: "servers", start: n.startServers, stop: func() { n.servers.Close() }},
 		// Backups, restores, transfers and remote downloads are jobs of
 		// the node; they end before the servers.
@@ -118,11 +123,18 @@ func (n *node) closeQuotas() {
 	}
 }
 
+// startStatePush starts telling the panel of state changes.
+func (n *node) startStatePush(context.Context) error {
+	n.statePush = statepush.New(n.client.PushContainerStatus, n.log, nil)
+	return nil
+}
+
 // startServers loads the node's servers and restores their states. Their
 // goroutines stop (containers untouched) after the API has shut down.
 func (n *node) startServers(ctx context.Context) error {
 	n.servers = server.NewManager(n.nodeCtx, &server.Deps{
 		Runtime: n.rt, Panel: n.client, Config: n.store, Log: n.log, Quotas: n.quotas,
+		StatePush: n.statePush,
 	})
 	if err := loadServers(ctx, n.log, n.store, n.servers); err != nil {
 		n.servers.Close()

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // TestPelicanDeauthorizeNestedBody: removing a subuser in the Pelican panel
@@ -141,5 +144,61 @@ func TestDiagnosticsSuggestRequiringScopes(t *testing.T) {
 	res, body := n.request("GET", "/api/diagnostics?include_logs=false", nil, "")
 	if res.StatusCode != 200 || !strings.Contains(string(body), "set api.require_token_scope: true") {
 		t.Fatalf("diagnostics: %d\n%s", res.StatusCode, body)
+	}
+}
+
+// TestPelicanStatePush: Pelican Wings pushes every state change to
+// POST /api/remote/servers/{uuid}/container/status (remote/servers.go,
+// PushServerStateChange), and the Pelican panel caches it for an hour and
+// shows it without polling (ServerContainersController::status). A panel
+// without the route (Pterodactyl answers 404) gets one push, not one per
+// change.
+func TestPelicanStatePush(t *testing.T) {
+	t.Parallel()
+	statuses := func(n *node, uuid string) []string {
+		var out []string
+		for _, c := range n.Panel.CallsTo("POST", "/servers/"+uuid+"/container/status") {
+			var body struct {
+				Data struct {
+					Prev string `json:"previous_state"`
+					New  string `json:"new_state"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(c.Body, &body); err != nil {
+				t.Fatalf("push body %s: %v", c.Body, err)
+			}
+			out = append(out, body.Data.Prev+">"+body.Data.New)
+		}
+		return out
+	}
+	s := exampleServer(knownServer)
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s}})
+	n.power(s.UUID, "start")
+	n.waitState(s.UUID, "running", 30*time.Second)
+	wait.For(t, 10*time.Second, func() bool {
+		got := statuses(n, s.UUID)
+		return len(got) > 0 && strings.HasSuffix(got[len(got)-1], ">running")
+	}, "the Pelican panel to hear the server is running (it shows what was pushed last, for an hour)")
+	n.power(s.UUID, "stop")
+	n.waitState(s.UUID, "offline", 30*time.Second)
+	wait.For(t, 10*time.Second, func() bool {
+		got := statuses(n, s.UUID)
+		return strings.HasSuffix(got[len(got)-1], ">offline")
+	}, "the Pelican panel to hear the server is offline")
+
+	// Pterodactyl: no such route.
+	p := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}})
+	p.Panel.RemoveRoute("/container/status")
+	p.power(knownServer, "start")
+	p.waitState(knownServer, "running", 30*time.Second)
+	p.power(knownServer, "stop")
+	p.waitState(knownServer, "offline", 30*time.Second)
+	p.power(knownServer, "start")
+	p.waitState(knownServer, "running", 30*time.Second)
+	if got := statuses(p, knownServer); len(got) > 1 {
+		t.Fatalf("a panel without the route got %d pushes (%v), want at most one", len(got), got)
+	}
+	if strings.Contains(p.log.String(), "level=ERROR") {
+		t.Fatalf("a panel without the route caused errors in the log:\n%s", p.log)
 	}
 }

@@ -69,6 +69,16 @@ type Deps struct {
 	// JobDrainWait is how long an exclusive job waits for the shared jobs
 	// running when it begins (BeginJob); 2 seconds when zero.
 	JobDrainWait time.Duration
+	// StatePush tells the panel of state changes (Pelican's container
+	// status route); nil when nobody listens.
+	StatePush StatePusher
+}
+
+// StatePusher receives every state change of the manager's servers, and
+// hears when a server is gone (statepush.Pusher).
+type StatePusher interface {
+	Changed(uuid, from, to string)
+	Forget(uuid string)
 }
 
 // Server is one game server.
@@ -112,7 +122,7 @@ type Server struct {
 	diskRefresh  time.Time
 	diskInFlight bool
 
-	onState func(uuid string, st State)
+	onState func(uuid string, from, to State)
 }
 
 // containerRun is one attachment to the server's container.
@@ -132,7 +142,7 @@ func (r *containerRun) end() {
 }
 
 // newServer builds a server; the manager calls it.
-func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
+func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(uuid string, from, to State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
 	s := &Server{
 		deps:        deps,
@@ -319,7 +329,7 @@ func (s *Server) setState(to State) bool {
 		s.publishStats()
 	}
 	if s.onState != nil {
-		s.onState(s.UUID(), to)
+		s.onState(s.UUID(), from, to)
 	}
 	return true
 }
