@@ -87,11 +87,14 @@ type System struct {
 	WebsocketLogCount      int            `yaml:"websocket_log_count" json:"websocket_log_count"`
 	SFTP                   SFTP           `yaml:"sftp" json:"sftp"`
 	CrashDetection         CrashDetection `yaml:"crash_detection" json:"crash_detection"`
-	Backups                Backups        `yaml:"backups" json:"backups"`
-	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
-	Decompress             Decompress     `yaml:"decompress" json:"decompress"`
-	MachineID              MachineID      `yaml:"machine_id" json:"machine_id"`
-	Quotas                 Quotas         `yaml:"quotas" json:"quotas"`
+	// CrashActivityLines is how many of the last console lines the
+	// server:crashed activity carries (Pelican Wings' key).
+	CrashActivityLines int        `yaml:"crash_detection_activity_lines" json:"crash_detection_activity_lines"`
+	Backups            Backups    `yaml:"backups" json:"backups"`
+	Transfers          Transfers  `yaml:"transfers" json:"transfers"`
+	Decompress         Decompress `yaml:"decompress" json:"decompress"`
+	MachineID          MachineID  `yaml:"machine_id" json:"machine_id"`
+	Quotas             Quotas     `yaml:"quotas" json:"quotas"`
 }
 
 // Quotas turns on kernel project quotas for the server directories

@@ -73,6 +73,9 @@ func (n *node) subsystems() []subsystem {
 		// Started before the servers (their restored states are pushed) and
 		// stopped after them (their last changes are queued).
 		{name: "state pushes", start: n.startStatePush, stop: func() { n.statePush.Close() }},
+		// The servers record their own activity (server:crashed): the queue
+		// opens before them and closes after them.
+		{name: "activity queue", start: n.openActivity, stop: func() { n.acts.Close() }},
 		{name: "servers", start: n.startServers, stop: func() { n.servers.Close() }},
 		// Backups, restores, transfers and remote downloads are jobs of
 		// the node; they end before the servers.
@@ -81,7 +84,6 @@ func (n *node) subsystems() []subsystem {
 		{name: "remote downloads", start: n.startPulls, stop: func() { n.pulls.Close() }},
 		{name: "background", start: n.reportBoot, stop: n.background.Wait},
 		{name: "one-time tokens", start: n.openOneTime, stop: func() { n.oneTime.Close() }},
-		{name: "activity queue", start: n.openActivity, stop: func() { n.acts.Close() }},
 		// Cancelled before the queue closes, also when serving fails.
 		{name: "activity delivery", start: n.deliverActivity, stop: func() { n.stopActs() }},
 		// SFTP sessions are closed (and their goroutines waited for)
@@ -134,7 +136,7 @@ func (n *node) startStatePush(context.Context) error {
 func (n *node) startServers(ctx context.Context) error {
 	n.servers = server.NewManager(n.nodeCtx, &server.Deps{
 		Runtime: n.rt, Panel: n.client, Config: n.store, Log: n.log, Quotas: n.quotas,
-		StatePush: n.statePush,
+		StatePush: n.statePush, Activity: n.acts,
 	})
 	if err := loadServers(ctx, n.log, n.store, n.servers); err != nil {
 		n.servers.Close()

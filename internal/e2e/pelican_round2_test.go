@@ -202,3 +202,46 @@ func TestPelicanStatePush(t *testing.T) {
 		t.Fatalf("a panel without the route caused errors in the log:\n%s", p.log)
 	}
 }
+
+// TestPelicanCrashActivity: a crash is recorded as the server:crashed
+// activity with exit_code, oomkilled and the last console lines
+// (system.crash_detection_activity_lines, default 2), as Pelican Wings'
+// server/crash.go does; the Pelican panel's activity log shows "Server
+// crashed" with them.
+func TestPelicanCrashActivity(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{exampleServer(knownServer)}, mutate: func(c *config.Config) {
+		c.System.ActivitySendInterval = 1
+	}})
+	n.power(knownServer, "start")
+	n.waitState(knownServer, "running", 30*time.Second)
+	n.command(knownServer, "say before the crash", "crash")
+	var crash map[string]any
+	wait.For(t, 30*time.Second, func() bool {
+		for _, c := range n.Panel.CallsTo("POST", "/activity") {
+			var body struct {
+				Data []struct {
+					Event    string         `json:"event"`
+					Server   string         `json:"server"`
+					User     *string        `json:"user"`
+					Metadata map[string]any `json:"metadata"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(c.Body, &body) != nil {
+				continue
+			}
+			for _, a := range body.Data {
+				if a.Event == "server:crashed" && a.Server == knownServer && a.User == nil {
+					crash = a.Metadata
+					return true
+				}
+			}
+		}
+		return false
+	}, "the server:crashed activity (the Pelican panel's activity log shows no crash without it)")
+	logs, _ := crash["logs"].([]any)
+	if crash["exit_code"] != float64(139) || crash["oomkilled"] != false || len(logs) != 2 ||
+		logs[0] != "Unknown command: say before the crash" || logs[1] != "Segmentation fault" {
+		t.Fatalf("server:crashed metadata %v: want exit_code 139, oomkilled false and the last 2 console lines", crash)
+	}
+}

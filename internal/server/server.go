@@ -69,9 +69,17 @@ type Deps struct {
 	// JobDrainWait is how long an exclusive job waits for the shared jobs
 	// running when it begins (BeginJob); 2 seconds when zero.
 	JobDrainWait time.Duration
+	// Activity receives the node's own activity records (server:crashed);
+	// nil when nobody listens.
+	Activity ActivityRecorder
 	// StatePush tells the panel of state changes (Pelican's container
 	// status route); nil when nobody listens.
 	StatePush StatePusher
+}
+
+// ActivityRecorder queues an activity record for the panel (activity.Queue).
+type ActivityRecorder interface {
+	Record(a panel.Activity)
 }
 
 // StatePusher receives every state change of the manager's servers, and
