@@ -222,6 +222,10 @@ type Docker struct {
 	Overhead          Overhead                `yaml:"overhead" json:"overhead"`
 	UsernsMode        string                  `yaml:"userns_mode" json:"userns_mode"`
 	LogConfig         LogConfig               `yaml:"log_config" json:"log_config"`
+	// SystemIPs are addresses the node is reached at that are not on its
+	// interfaces (failover, NAT), added to GET /api/system/ips for the
+	// panel's allocation wizard (Pelican Wings' key).
+	SystemIPs []string `yaml:"system_ips" json:"system_ips"`
 }
 
 // DockerNetwork configures the node's container network.

@@ -149,6 +149,11 @@ func validateSystem(c *Config, bad badFunc) {
 	if c.System.WebsocketLogCount < 0 {
 		bad("system.websocket_log_count", "must not be negative")
 	}
+	for i, ip := range c.Docker.SystemIPs {
+		if net.ParseIP(ip) == nil {
+			bad(fmt.Sprintf("docker.system_ips[%d]", i), "must be an IP address")
+		}
+	}
 	if c.System.CrashDetection.Timeout < 0 {
 		bad("system.crash_detection.timeout", "must not be negative")
 	}

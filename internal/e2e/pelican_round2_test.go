@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,6 +180,12 @@ func TestPelicanStatePush(t *testing.T) {
 		got := statuses(n, s.UUID)
 		return len(got) > 0 && strings.HasSuffix(got[len(got)-1], ">running")
 	}, "the Pelican panel to hear the server is running (it shows what was pushed last, for an hour)")
+	// Pelican Wings' utilization carries disk_io (environment/stats.go).
+	if u, _ := n.details(s.UUID)["utilization"].(map[string]any); u == nil || u["disk_io"] == nil {
+		t.Fatalf("utilization without disk_io: %v", n.details(s.UUID)["utilization"])
+	} else if io, _ := u["disk_io"].(map[string]any); io == nil || io["read_bytes"] == nil || io["write_bytes"] == nil {
+		t.Fatalf("disk_io without read_bytes/write_bytes: %v", u["disk_io"])
+	}
 	n.power(s.UUID, "stop")
 	n.waitState(s.UUID, "offline", 30*time.Second)
 	wait.For(t, 10*time.Second, func() bool {
@@ -243,5 +250,25 @@ func TestPelicanCrashActivity(t *testing.T) {
 	if crash["exit_code"] != float64(139) || crash["oomkilled"] != false || len(logs) != 2 ||
 		logs[0] != "Unknown command: say before the crash" || logs[1] != "Segmentation fault" {
 		t.Fatalf("server:crashed metadata %v: want exit_code 139, oomkilled false and the last 2 console lines", crash)
+	}
+}
+
+// TestPelicanSystemIPs: docker.system_ips (failover and NAT addresses the
+// node is reached at but that are on none of its interfaces) are added to
+// GET /api/system/ips, which the Pelican panel's allocation wizard offers
+// (Pelican Wings' router/router_system.go getSystemIps).
+func TestPelicanSystemIPs(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nodeOptions{fake: true, mutate: func(c *config.Config) {
+		c.Docker.SystemIPs = []string{"203.0.113.50", "2001:db8::50"}
+	}})
+	var got struct {
+		IPs []string `json:"ip_addresses"`
+	}
+	getJSON(t, n, "/api/system/ips", &got)
+	for _, want := range []string{"203.0.113.50", "2001:db8::50"} {
+		if !slices.Contains(got.IPs, want) {
+			t.Fatalf("ips %v lack %s: the Pelican allocation wizard cannot offer the failover address", got.IPs, want)
+		}
 	}
 }

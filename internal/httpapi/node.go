@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,6 +156,12 @@ func (a *API) getIPs(w http.ResponseWriter, r *http.Request) error {
 	ips, err := hostIPs()
 	if err != nil {
 		return err
+	}
+	// docker.system_ips: failover and NAT addresses, after the interfaces'.
+	for _, ip := range a.Config.Get().Docker.SystemIPs {
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
 	}
 	writeJSON(w, http.StatusOK, ipAddresses{IPAddresses: ips})
 	return nil

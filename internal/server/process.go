@@ -235,6 +235,8 @@ func (s *Server) pollStats(ctx context.Context) {
 		s.util.CPUAbsolute = math.Round(sample.CPUAbsolute*1000) / 1000
 		s.util.Network.RxBytes = sample.RxBytes
 		s.util.Network.TxBytes = sample.TxBytes
+		s.util.DiskIO.ReadBytes = sample.DiskReadBytes
+		s.util.DiskIO.WriteBytes = sample.DiskWriteBytes
 		s.mu.Unlock()
 		s.publishStats()
 	}

@@ -40,6 +40,12 @@ type Utilization struct {
 		RxBytes uint64 `json:"rx_bytes"`
 		TxBytes uint64 `json:"tx_bytes"`
 	} `json:"network"`
+	// DiskIO is the container's block I/O since it started (Pelican Wings'
+	// disk_io; the panel derives throughput from deltas).
+	DiskIO struct {
+		ReadBytes  uint64 `json:"read_bytes"`
+		WriteBytes uint64 `json:"write_bytes"`
+	} `json:"disk_io"`
 	Uptime    int64 `json:"uptime"`
 	State     State `json:"state"`
 	DiskBytes int64 `json:"disk_bytes"`
