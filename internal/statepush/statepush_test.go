@@ -65,10 +65,12 @@ func TestRetriesUntilThePanelHasTheLatestState(t *testing.T) {
 	defer ps.Close()
 	ps.Changed(srv, "starting", "running")
 	ps.Changed(srv, "running", "stopping")
-	wait.For(t, 30*time.Second, func() bool {
-		got := pushed(t, p)
-		return len(got) > 0 && got[len(got)-1].NewState == "stopping"
-	}, "the latest state pushed")
+	// The panel records the failed calls too: the ninth is the first it
+	// accepts.
+	wait.For(t, 60*time.Second, func() bool { return len(pushed(t, p)) >= 9 }, "the push retried past 8 failures")
+	if got := pushed(t, p); got[len(got)-1].NewState != "stopping" {
+		t.Fatalf("the delivered push is %+v, want the latest state", got[len(got)-1])
+	}
 	if got := pushed(t, p); got[len(got)-1].PreviousState != "starting" {
 		t.Fatalf("coalesced push %+v: the previous state must be the one the panel last saw", got[len(got)-1])
 	}
