@@ -158,10 +158,11 @@ func runDiagnostics(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("wharf diagnostics", flag.ContinueOnError)
 	cfgPath := fs.String("config", config.DefaultPath, "path of the configuration file")
 	lines := fs.Int("log-lines", 100, "how many of the last log lines to include")
+	hide := fs.Bool("hide-endpoints", false, "leave out the panel URL and the node's addresses (for a public paste)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	return diagnostics.Write(ctx, os.Stdout, diagnostics.Options{
-		ConfigPath: *cfgPath, Version: version, Commit: commit, LogLines: max(*lines, 0),
+		ConfigPath: *cfgPath, Version: version, Commit: commit, LogLines: max(*lines, 0), HideEndpoints: *hide,
 	})
 }

@@ -64,6 +64,16 @@ func (s *Service) createRemote(ctx context.Context, srv Server, backup, ignore s
 	return Details{Checksum: res.Sum, Size: res.Size, Parts: parts}, nil
 }
 
+// uploadsAtOnce is how many parts are uploaded at once: the panel's
+// max_concurrent_uploads when it names one, never more than the parts on
+// disk.
+func uploadsAtOnce(panelMax, partsOnDisk int) int {
+	if panelMax > 0 {
+		return min(panelMax, partsOnDisk)
+	}
+	return partsOnDisk
+}
+
 // growthRoom is what a remote backup's announced size adds to the bound of
 // the tree as it was measured: a running game server keeps writing while
 // its files are read (a file is stored with the size it had when opened,
@@ -116,12 +126,21 @@ func streamParts(ctx context.Context, urls panel.BackupUploadURLs, partsOnDisk i
 	g, gctx := errgroup.WithContext(ctx)
 	parts := make([]panel.BackupPart, len(urls.Parts))
 	w := &partWriter{ctx: gctx, urls: urls, newPart: newPart, slots: make(chan struct{}, partsOnDisk)}
+	// The panel's max_concurrent_uploads (Pelican) bounds the uploads in
+	// flight; the parts on disk bound them already.
+	uploads := make(chan struct{}, uploadsAtOnce(urls.MaxConcurrentUploads, partsOnDisk))
 	w.upload = func(p filledPart) {
 		g.Go(func() error {
 			defer func() {
 				p.remove()
 				<-w.slots
 			}()
+			select {
+			case uploads <- struct{}{}:
+			case <-gctx.Done():
+				return context.Cause(gctx)
+			}
+			defer func() { <-uploads }()
 			etag, err := uploadPart(gctx, client, urls.Parts[p.index], p.f, 0, p.size)
 			if err != nil {
 				err = fmt.Errorf("part %d: %w", p.index+1, err)

@@ -181,3 +181,59 @@ func TestStreamPartsCancelled(t *testing.T) {
 		t.Fatalf("%d part files left", len(entries))
 	}
 }
+
+// The Pelican panel's max_concurrent_uploads bounds the parts uploaded at
+// once, whatever system.backups.object_store_parts_on_disk allows; the
+// object is the same.
+func TestStreamPartsKeepsThePanelsUploadLimit(t *testing.T) {
+	var mu sync.Mutex
+	inFlight, peak := 0, 0
+	ps := newPartStore(nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		// A slow store (the point of the test): each upload lasts while the
+		// next parts are cut, so that a missing limit shows as uploads at once.
+		time.Sleep(100 * time.Millisecond)
+		ps.ServeHTTP(w, r)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	data := make([]byte, 6<<20)
+	rand.Read(data)
+	for _, tc := range []struct{ panelMax, onDisk, want int }{{1, 4, 1}, {0, 4, 4}, {10, 3, 3}} {
+		mu.Lock()
+		peak = 0
+		mu.Unlock()
+		ps.parts = map[int][]byte{}
+		urls := panel.BackupUploadURLs{PartSize: 1 << 20, MaxConcurrentUploads: tc.panelMax}
+		for i := range 8 {
+			urls.Parts = append(urls.Parts, srv.URL+"/obj?partNumber="+strconv.Itoa(i+1))
+		}
+		dir := t.TempDir()
+		parts, err := streamParts(context.Background(), urls, tc.onDisk, func() (*os.File, error) { return os.CreateTemp(dir, "part-") }, nil, func(w io.Writer) error {
+			_, err := w.Write(data)
+			return err
+		})
+		if err != nil || len(parts) != 6 {
+			t.Fatalf("%+v: %d parts, %v", tc, len(parts), err)
+		}
+		var got bytes.Buffer
+		for i := range parts {
+			got.Write(ps.parts[i+1])
+		}
+		if !bytes.Equal(got.Bytes(), data) {
+			t.Fatalf("%+v: the parts do not make the data", tc)
+		}
+		mu.Lock()
+		p := peak
+		mu.Unlock()
+		if p > tc.want || tc.want == 1 && p != 1 {
+			t.Fatalf("%+v: %d uploads at once, want at most %d", tc, p, tc.want)
+		}
+	}
+}

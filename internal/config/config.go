@@ -44,6 +44,10 @@ type API struct {
 	UploadLimit           int64          `yaml:"upload_limit" json:"upload_limit"` // MB per uploaded file
 	TrustedProxies        []string       `yaml:"trusted_proxies" json:"trusted_proxies"`
 	RemoteDownload        RemoteDownload `yaml:"remote_download" json:"remote_download"`
+	// RequireTokenScope refuses, on every face, a signed token without a
+	// scope claim. Pterodactyl since 1.12 and Pelican put one on every
+	// token; off by default so that Pterodactyl 1.11 panels keep working.
+	RequireTokenScope bool `yaml:"require_token_scope" json:"require_token_scope"`
 }
 
 // RemoteDownload holds the settings of the file manager's "download from
@@ -83,11 +87,14 @@ type System struct {
 	WebsocketLogCount      int            `yaml:"websocket_log_count" json:"websocket_log_count"`
 	SFTP                   SFTP           `yaml:"sftp" json:"sftp"`
 	CrashDetection         CrashDetection `yaml:"crash_detection" json:"crash_detection"`
-	Backups                Backups        `yaml:"backups" json:"backups"`
-	Transfers              Transfers      `yaml:"transfers" json:"transfers"`
-	Decompress             Decompress     `yaml:"decompress" json:"decompress"`
-	MachineID              MachineID      `yaml:"machine_id" json:"machine_id"`
-	Quotas                 Quotas         `yaml:"quotas" json:"quotas"`
+	// CrashActivityLines is how many of the last console lines the
+	// server:crashed activity carries (Pelican Wings' key).
+	CrashActivityLines int        `yaml:"crash_detection_activity_lines" json:"crash_detection_activity_lines"`
+	Backups            Backups    `yaml:"backups" json:"backups"`
+	Transfers          Transfers  `yaml:"transfers" json:"transfers"`
+	Decompress         Decompress `yaml:"decompress" json:"decompress"`
+	MachineID          MachineID  `yaml:"machine_id" json:"machine_id"`
+	Quotas             Quotas     `yaml:"quotas" json:"quotas"`
 }
 
 // Quotas turns on kernel project quotas for the server directories
@@ -215,6 +222,10 @@ type Docker struct {
 	Overhead          Overhead                `yaml:"overhead" json:"overhead"`
 	UsernsMode        string                  `yaml:"userns_mode" json:"userns_mode"`
 	LogConfig         LogConfig               `yaml:"log_config" json:"log_config"`
+	// SystemIPs are addresses the node is reached at that are not on its
+	// interfaces (failover, NAT), added to GET /api/system/ips for the
+	// panel's allocation wizard (Pelican Wings' key).
+	SystemIPs []string `yaml:"system_ips" json:"system_ips"`
 }
 
 // DockerNetwork configures the node's container network.

@@ -79,6 +79,8 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"ssl without cert", func(c *Config) { c.API.SSL.Enabled = true; c.API.SSL.Key = "/k" }, "api.ssl.cert"},
 		{"relative data dir", func(c *Config) { c.System.Data = "volumes" }, "system.data"},
 		{"bad proxy", func(c *Config) { c.API.TrustedProxies = []string{"nope"} }, "api.trusted_proxies[0]"},
+		{"bad system ip", func(c *Config) { c.Docker.SystemIPs = []string{"203.0.113.1", "not-an-ip"} }, "docker.system_ips[1]"},
+		{"crash activity lines", func(c *Config) { c.System.CrashActivityLines = 101 }, "system.crash_detection_activity_lines"},
 		{"bad timezone", func(c *Config) { c.System.Timezone = "Mars/Olympus" }, "system.timezone"},
 		{"bad compression", func(c *Config) { c.System.Backups.CompressionLevel = "max" }, "system.backups.compression_level"},
 		{"bad backup layout", func(c *Config) { c.System.Backups.Layout = "nested" }, "system.backups.layout"},

@@ -27,19 +27,21 @@ func TestPelicanConfigurationFile(t *testing.T) {
 		t.Fatalf("a Pelican Wings configuration file is refused: %v", err)
 	}
 	checks := map[string][2]any{
-		"uuid":                              {c.UUID, "8d4c2a10-3b6e-4f7a-9c1d-5e2f8a0b7c36"},
-		"remote":                            {c.Remote, "https://panel.example.org"},
-		"system.data":                       {c.System.Data, "/var/lib/pelican/volumes"},
-		"system.backup_directory":           {c.System.BackupDirectory, "/var/lib/pelican/backups"},
-		"system.username":                   {c.System.Username, "pelican"},
-		"system.user.uid":                   {c.System.User.UID, 987},
-		"system.user.passwd.directory":      {c.System.User.Passwd.Directory, "/etc/pelican"},
-		"system.machine_id.directory":       {c.System.MachineID.Directory, "/etc/pelican/machine-id"},
-		"system.sftp.key_only":              {c.System.SFTP.KeyOnly, false},
-		"system.backups.layout":             {c.System.Backups.Layout, "auto"},
-		"docker.network.name":               {c.Docker.Network.Name, "pelican_nw"},
-		"remote_query.custom_headers":       {c.RemoteQuery.CustomHeaders["CF-Access-Client-Id"], "node2.access"},
-		"api.remote_download.max_redirects": {c.API.RemoteDownload.MaxRedirects, 10},
+		"uuid":                                  {c.UUID, "8d4c2a10-3b6e-4f7a-9c1d-5e2f8a0b7c36"},
+		"remote":                                {c.Remote, "https://panel.example.org"},
+		"system.data":                           {c.System.Data, "/var/lib/pelican/volumes"},
+		"system.backup_directory":               {c.System.BackupDirectory, "/var/lib/pelican/backups"},
+		"system.username":                       {c.System.Username, "pelican"},
+		"system.user.uid":                       {c.System.User.UID, 987},
+		"system.user.passwd.directory":          {c.System.User.Passwd.Directory, "/etc/pelican"},
+		"system.machine_id.directory":           {c.System.MachineID.Directory, "/etc/pelican/machine-id"},
+		"system.sftp.key_only":                  {c.System.SFTP.KeyOnly, false},
+		"system.backups.layout":                 {c.System.Backups.Layout, "auto"},
+		"docker.network.name":                   {c.Docker.Network.Name, "pelican_nw"},
+		"remote_query.custom_headers":           {c.RemoteQuery.CustomHeaders["CF-Access-Client-Id"], "node2.access"},
+		"api.remote_download.max_redirects":     {c.API.RemoteDownload.MaxRedirects, 10},
+		"system.crash_detection_activity_lines": {c.System.CrashActivityLines, 2},
+		"docker.system_ips":                     {len(c.Docker.SystemIPs), 0},
 	}
 	for key, v := range checks {
 		if v[0] != v[1] {
@@ -47,8 +49,8 @@ func TestPelicanConfigurationFile(t *testing.T) {
 		}
 	}
 	want := []string{
-		"BlockBaseDirMount", "Search", "docker.network.IPv6", "docker.system_ips", "docker.use_performant_inspect",
-		"system.backups.remove_backups_on_server_delete", "system.crash_detection_activity_lines",
+		"BlockBaseDirMount", "Search", "docker.network.IPv6", "docker.use_performant_inspect",
+		"system.backups.remove_backups_on_server_delete",
 		"system.enable_log_rotate", "system.openat_mode", "system.transfers.storage_pool",
 	}
 	got := UnknownKeys(src)

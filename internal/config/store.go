@@ -233,6 +233,11 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "api.remote_download.allow_loopback")
 	}
 	next.API.RemoteDownload.AllowLoopback = current.API.RemoteDownload.AllowLoopback
+	// A protection the panels do not know: an update must not turn it off.
+	if next.API.RequireTokenScope != current.API.RequireTokenScope {
+		kept = append(kept, "api.require_token_scope")
+	}
+	next.API.RequireTokenScope = current.API.RequireTokenScope
 	// A listener and its credential: the node's own business.
 	if next.Metrics != current.Metrics {
 		kept = append(kept, "metrics")

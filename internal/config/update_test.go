@@ -204,3 +204,20 @@ func TestUpdateKeepsRemoteDownloadAllowLoopback(t *testing.T) {
 		}
 	}
 }
+
+// api.require_token_scope is the node's own protection: a panel update,
+// which never carries it, must not turn it off.
+func TestUpdateKeepsRequireTokenScope(t *testing.T) {
+	s, _ := newStore(t, func(c *Config) { c.API.RequireTokenScope = true })
+	body := `{"uuid":"u","token_id":"t","token":"x","api":{"host":"0.0.0.0","port":8080,"require_token_scope":false}}`
+	res, err := s.ApplyPanelUpdate(strings.NewReader(body))
+	if err != nil || !res.Applied {
+		t.Fatalf("res=%+v err=%v", res, err)
+	}
+	if !s.Get().API.RequireTokenScope || !slices.Contains(res.Kept, "api.require_token_scope") {
+		t.Fatalf("require_token_scope = %v, kept %v", s.Get().API.RequireTokenScope, res.Kept)
+	}
+	if Defaults().API.RequireTokenScope {
+		t.Fatal("api.require_token_scope must default to false (Pterodactyl 1.11 panels mint no scope)")
+	}
+}

@@ -17,6 +17,10 @@ type ValidationError struct {
 	Reason string
 }
 
+// maxCrashActivityLines bounds the console lines one activity carries to the
+// panel (each line is at most the console's line length).
+const maxCrashActivityLines = 100
+
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
 }
@@ -145,8 +149,16 @@ func validateSystem(c *Config, bad badFunc) {
 	if c.System.WebsocketLogCount < 0 {
 		bad("system.websocket_log_count", "must not be negative")
 	}
+	for i, ip := range c.Docker.SystemIPs {
+		if net.ParseIP(ip) == nil {
+			bad(fmt.Sprintf("docker.system_ips[%d]", i), "must be an IP address")
+		}
+	}
 	if c.System.CrashDetection.Timeout < 0 {
 		bad("system.crash_detection.timeout", "must not be negative")
+	}
+	if n := c.System.CrashActivityLines; n < 0 || n > maxCrashActivityLines {
+		bad("system.crash_detection_activity_lines", fmt.Sprintf("must be between 0 and %d", maxCrashActivityLines))
 	}
 }
 

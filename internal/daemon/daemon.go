@@ -17,6 +17,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/logtail"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -82,7 +83,9 @@ func (n *node) boot() error {
 	if format == "" {
 		format = cfg.System.LogFormat
 	}
-	n.log = slog.New(newLogHandler(out, format, n.level))
+	// The tail keeps the last lines for the diagnostics report.
+	n.logTail = logtail.New(out)
+	n.log = slog.New(newLogHandler(n.logTail, format, n.level))
 	n.log.Info("starting", "app", cfg.AppName, "version", opts.Version, "config", opts.ConfigPath)
 	if data, err := os.ReadFile(opts.ConfigPath); err == nil {
 		if keys := config.UnknownKeys(data); len(keys) > 0 {

@@ -13,12 +13,14 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/httpapi"
+	"github.com/wharf/wharf/internal/logtail"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/quota"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/sftpd"
+	"github.com/wharf/wharf/internal/statepush"
 	"github.com/wharf/wharf/internal/tokens"
 	"github.com/wharf/wharf/internal/transfer"
 	"github.com/wharf/wharf/internal/wsapi"
@@ -28,12 +30,14 @@ import (
 // the start of the subsystem that owns it; later subsystems read earlier
 // ones' fields.
 type node struct {
-	opts   Options
-	log    *slog.Logger
-	level  *slog.LevelVar
-	store  *config.Store
-	client *panel.Client
-	rt     runtime.Runtime
+	opts      Options
+	log       *slog.Logger
+	logTail   *logtail.Tail // the last log lines, for the diagnostics report
+	statePush *statepush.Pusher
+	level     *slog.LevelVar
+	store     *config.Store
+	client    *panel.Client
+	rt        runtime.Runtime
 
 	// nodeCtx is the context of the servers and the node's jobs: it lives
 	// as long as the daemon process, not the run context.
@@ -66,6 +70,12 @@ func (n *node) subsystems() []subsystem {
 		{name: "network", start: n.ensureNetwork},
 		{name: "node context", start: n.openNodeContext, stop: func() { n.stopNode() }},
 		{name: "quotas", start: n.openQuotas, stop: n.closeQuotas},
+		// Started before the servers (their restored states are pushed) and
+		// stopped after them (their last changes are queued).
+		{name: "state pushes", start: n.startStatePush, stop: func() { n.statePush.Close() }},
+		// The servers record their own activity (server:crashed): the queue
+		// opens before them and closes after them.
+		{name: "activity queue", start: n.openActivity, stop: func() { n.acts.Close() }},
 		{name: "servers", start: n.startServers, stop: func() { n.servers.Close() }},
 		// Backups, restores, transfers and remote downloads are jobs of
 		// the node; they end before the servers.
@@ -74,7 +84,6 @@ func (n *node) subsystems() []subsystem {
 		{name: "remote downloads", start: n.startPulls, stop: func() { n.pulls.Close() }},
 		{name: "background", start: n.reportBoot, stop: n.background.Wait},
 		{name: "one-time tokens", start: n.openOneTime, stop: func() { n.oneTime.Close() }},
-		{name: "activity queue", start: n.openActivity, stop: func() { n.acts.Close() }},
 		// Cancelled before the queue closes, also when serving fails.
 		{name: "activity delivery", start: n.deliverActivity, stop: func() { n.stopActs() }},
 		// SFTP sessions are closed (and their goroutines waited for)
@@ -116,11 +125,18 @@ func (n *node) closeQuotas() {
 	}
 }
 
+// startStatePush starts telling the panel of state changes.
+func (n *node) startStatePush(context.Context) error {
+	n.statePush = statepush.New(n.client.PushContainerStatus, n.log, nil)
+	return nil
+}
+
 // startServers loads the node's servers and restores their states. Their
 // goroutines stop (containers untouched) after the API has shut down.
 func (n *node) startServers(ctx context.Context) error {
 	n.servers = server.NewManager(n.nodeCtx, &server.Deps{
 		Runtime: n.rt, Panel: n.client, Config: n.store, Log: n.log, Quotas: n.quotas,
+		StatePush: n.statePush, Activity: n.acts,
 	})
 	if err := loadServers(ctx, n.log, n.store, n.servers); err != nil {
 		n.servers.Close()
@@ -167,6 +183,7 @@ func (n *node) openOneTime(context.Context) error {
 	}
 	n.oneTime = oneTime
 	n.verifier = tokens.NewVerifier(func() []byte { return []byte(n.store.Get().Token) }, time.Now)
+	n.verifier.RequireScope(func() bool { return n.store.Get().API.RequireTokenScope })
 	return nil
 }
 
@@ -246,7 +263,8 @@ func (n *node) api(ctx context.Context) *httpapi.API {
 		Denylist: n.denylist, Websockets: n.hub, Activity: n.acts, Pulls: n.pulls,
 		OnConfigApplied: func(_, next *config.Config) { n.setLevel(next) },
 		Runtime:         n.rt, ConfigPath: n.opts.ConfigPath, Commit: n.opts.Commit,
-		Stopping: ctx,
+		RecentLogs: n.logTail.Last,
+		Stopping:   ctx,
 	})
 }
 

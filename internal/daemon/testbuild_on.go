@@ -12,5 +12,5 @@ const testBuild = true
 
 // fakeRuntime is the in-memory engine; its processes stop on "stop".
 func fakeRuntime() runtime.Runtime {
-	return runtimetest.New(runtimetest.Process{StopCommand: "stop"})
+	return runtimetest.New(runtimetest.Process{StopCommand: "stop", CrashCommand: "crash"})
 }

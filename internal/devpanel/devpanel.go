@@ -57,6 +57,7 @@ type Panel struct {
 	// BackupUploadURLs answers GET /backups/{uuid}?size=; nil answers 404.
 	backupURLs func(backup string, size int64) (parts []string, partSize int64, err error)
 	failNext   map[string]int // path prefix -> number of 500 answers to give
+	missing    []string       // path suffixes answered 404, as by a panel without the route
 	sftpUsers  []SFTPUser
 	sftpStatus int // when not 0, every /sftp/auth answers this status
 	app        application
@@ -148,6 +149,25 @@ func (p *Panel) FailNext(prefix string, n int) {
 	p.failNext[prefix] = n
 }
 
+// RemoveRoute makes every request whose path ends with suffix answer 404, as
+// a panel without that route does (Pterodactyl has no container/status).
+func (p *Panel) RemoveRoute(suffix string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.missing = append(p.missing, suffix)
+}
+
+func (p *Panel) routeMissing(path string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, suffix := range p.missing {
+		if strings.HasSuffix(path, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
 // Calls returns the calls received so far.
 func (p *Panel) Calls() []Call {
 	p.mu.Lock()
@@ -230,6 +250,10 @@ func (p *Panel) Handler() http.Handler {
 		}
 		if r.Header.Get("Authorization") != "Bearer "+p.tokenID+"."+p.token {
 			writeErr(w, http.StatusForbidden, "AccessDeniedHttpException", "This action is unauthorized.")
+			return
+		}
+		if p.routeMissing(r.URL.Path) {
+			writeErr(w, http.StatusNotFound, "NotFoundHttpException", "The requested resource could not be located.")
 			return
 		}
 		if p.takeFailure(strings.TrimPrefix(r.URL.Path, "/api/remote")) {

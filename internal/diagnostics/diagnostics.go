@@ -22,8 +22,12 @@ import (
 	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
-// Redacted replaces every secret in the report.
-const Redacted = "REDACTED"
+// Redacted replaces every secret in the report; RedactedEndpoint an address
+// left out on request.
+const (
+	Redacted         = "REDACTED"
+	RedactedEndpoint = "{redacted}"
+)
 
 // Options configure a report.
 type Options struct {
@@ -38,6 +42,14 @@ type Options struct {
 	Logs func(ctx context.Context, n int) ([]string, error)
 	// DockerHost overrides DOCKER_HOST (tests).
 	DockerHost string
+	// HideEndpoints replaces the node's addresses (the panel's URL, the API's
+	// and SFTP's host and port, the metrics listener, S3 endpoints) wherever
+	// they appear, for a report that is pasted in public (Pelican's
+	// include_endpoints=false). Secrets are always replaced.
+	HideEndpoints bool
+	// TokenScopes counts the valid tokens the running daemon has seen with
+	// and without a scope claim; nil outside the daemon.
+	TokenScopes func() (scoped, unscoped int64)
 }
 
 // Write produces the report on out.
@@ -56,7 +68,7 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 	dockerInfo(ctx, &b, opts.DockerHost)
 
 	section("Configuration " + opts.ConfigPath)
-	cfg, secrets := configuration(&b, opts.ConfigPath)
+	cfg, secrets := configuration(&b, opts.ConfigPath, opts.HideEndpoints)
 
 	if cfg != nil {
 		section("Panel")
@@ -65,13 +77,19 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		diskSpace(&b, cfg)
 		section("Backups")
 		backupFormat(&b, cfg)
+		section("Tokens")
+		tokenScopes(&b, cfg, opts.TokenScopes)
 	}
 
 	if opts.LogLines > 0 {
 		logSection(ctx, &b, opts)
 	}
 
-	_, err := io.WriteString(out, scrub(b.String(), secrets))
+	report := scrub(b.String(), secrets)
+	if opts.HideEndpoints && cfg != nil {
+		report = scrubWith(report, endpoints(cfg), RedactedEndpoint)
+	}
+	_, err := io.WriteString(out, report)
 	return err
 }
 
@@ -93,10 +111,12 @@ func logSection(ctx context.Context, b *strings.Builder, opts Options) {
 }
 
 // scrub replaces every occurrence of a secret value.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
+func scrub(s string, secrets []string) string { return scrubWith(s, secrets, Redacted) }
+
+func scrubWith(s string, values []string, with string) string {
+	for _, v := range values {
 		if len(v) >= 3 { // shorter values would blank out ordinary text
-			s = strings.ReplaceAll(s, v, Redacted)
+			s = strings.ReplaceAll(s, v, with)
 		}
 	}
 	return s
@@ -150,7 +170,7 @@ func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
 
 // configuration prints the configuration with its secrets replaced and
 // returns it with the secret values (for scrub).
-func configuration(b *strings.Builder, path string) (*config.Config, []string) {
+func configuration(b *strings.Builder, path string, hideEndpoints bool) (*config.Config, []string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintf(b, "(cannot read it: %v)\n", err)
@@ -184,6 +204,9 @@ func configuration(b *strings.Builder, path string) (*config.Config, []string) {
 		secrets = append(secrets, c.Docker.Registries[name].Password)
 		redact(&r.Password)
 		shown.Docker.Registries[name] = r
+	}
+	if hideEndpoints {
+		hideEndpointsIn(shown)
 	}
 	if err := c.Validate(); err != nil {
 		fmt.Fprintf(b, "invalid: %v\n", err)
@@ -251,6 +274,25 @@ func backupFormat(b *strings.Builder, c *config.Config) {
 			return
 		}
 		fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
+	}
+}
+
+// tokenScopes shows api.require_token_scope and, in the daemon, whether the
+// panel's tokens carry a scope: when all of them do, requiring it costs
+// nothing and refuses a token minted for one purpose on another face.
+func tokenScopes(b *strings.Builder, c *config.Config, seen func() (int64, int64)) {
+	fmt.Fprintf(b, "api.require_token_scope: %v\n", c.API.RequireTokenScope)
+	if seen == nil {
+		b.WriteString("(which tokens carry a scope: see the report of the running daemon, GET /api/diagnostics)\n")
+		return
+	}
+	scoped, unscoped := seen()
+	fmt.Fprintf(b, "valid tokens since the start: %d with a scope claim, %d without\n", scoped, unscoped)
+	switch {
+	case !c.API.RequireTokenScope && scoped > 0 && unscoped == 0:
+		b.WriteString("suggestion: the panel puts a scope on every token (Pterodactyl 1.12+ or Pelican): set api.require_token_scope: true\n")
+	case c.API.RequireTokenScope && unscoped > 0:
+		b.WriteString("warning: tokens without a scope were refused (a panel older than Pterodactyl 1.12?): its users cannot connect while api.require_token_scope is on\n")
 	}
 }
 

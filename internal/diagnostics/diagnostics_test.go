@@ -104,3 +104,57 @@ func TestReportWithoutConfiguration(t *testing.T) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 }
+
+// TestReportHidesEndpointsOnRequest: the Pelican panel offers the report for
+// upload to a public paste site; with include_endpoints=false (the
+// default of Pelican Wings' route) the node's addresses are left out
+// everywhere, the configuration's and those the panel check and the log
+// lines repeat. Without the option they are shown.
+func TestReportHidesEndpointsOnRequest(t *testing.T) {
+	p := devpanel.New("tid", "token-value")
+	panelSrv := httptest.NewServer(p.Handler())
+	defer panelSrv.Close()
+	dir := t.TempDir()
+	c := config.Defaults()
+	c.TokenID, c.Token, c.Remote = "tid", "token-value", panelSrv.URL
+	c.API.Host, c.API.Port = "198.51.100.7", 8443
+	c.System.SFTP.BindAddress, c.System.SFTP.BindPort = "203.0.113.9", 2022
+	c.System.Backups.Format = config.BackupFormatRepository
+	c.System.Backups.Repository.S3 = config.BackupRepositoryS3{Endpoint: "https://objects.example.org:9000", Bucket: "b"}
+	c.PlaceUnder(dir)
+	path := filepath.Join(dir, "config.yml")
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	report := func(hide bool) string {
+		var out bytes.Buffer
+		err := Write(context.Background(), &out, Options{
+			ConfigPath: path, LogLines: 1, HideEndpoints: hide,
+			Logs: func(context.Context, int) ([]string, error) {
+				return []string{"msg=listening addr=198.51.100.7:8443 panel=" + panelSrv.URL}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	addresses := []string{panelSrv.URL, strings.TrimPrefix(panelSrv.URL, "http://"), "198.51.100.7", "8443", "203.0.113.9", "2022", "objects.example.org"}
+	shown := report(false)
+	for _, a := range addresses {
+		if !strings.Contains(shown, a) {
+			t.Fatalf("without hiding, the report lacks %q:\n%s", a, shown)
+		}
+	}
+	hidden := report(true)
+	for _, a := range addresses {
+		if strings.Contains(hidden, a) {
+			t.Fatalf("with include_endpoints=false the report still shows %q (the Pelican panel pastes it in public):\n%s", a, hidden)
+		}
+	}
+	for _, want := range []string{"remote: '" + RedactedEndpoint + "'", "accepts the node credentials", "msg=listening addr=" + RedactedEndpoint} {
+		if !strings.Contains(hidden, want) {
+			t.Fatalf("the hidden report lacks %q:\n%s", want, hidden)
+		}
+	}
+}

@@ -52,6 +52,9 @@ type Deps struct {
 	// ConfigPath and Commit go into the diagnostics report.
 	ConfigPath string
 	Commit     string
+	// RecentLogs returns the daemon's last n log lines for the diagnostics
+	// report, whatever started the daemon; nil reads the journal.
+	RecentLogs func(n int) []string
 	// Stopping ends when the daemon begins to shut down: long file work
 	// (compress, decompress, search, copy) ends then. nil: never.
 	Stopping context.Context

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,12 @@ func (a *API) getIPs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// docker.system_ips: failover and NAT addresses, after the interfaces'.
+	for _, ip := range a.Config.Get().Docker.SystemIPs {
+		if !slices.Contains(ips, ip) {
+			ips = append(ips, ip)
+		}
+	}
 	writeJSON(w, http.StatusOK, ipAddresses{IPAddresses: ips})
 	return nil
 }
@@ -168,10 +175,13 @@ const (
 
 // getDiagnostics is GET /api/diagnostics: the `wharf diagnostics` report
 // as text/plain (Pelican's node diagnostics tab, EditNode.php). include_logs
-// (default true) and log_lines (default 200, at most 500) as Pelican Wings;
-// include_endpoints is accepted and ignored (the report has no such part).
+// (default true), log_lines (default 200, at most 500) and include_endpoints
+// (default false: the panel offers the report for a public paste site) as
+// Pelican Wings (router/router_system.go getDiagnostics). The log lines are
+// the daemon's own most recent ones, whatever started it.
 func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	hide := !strings.EqualFold(q.Get("include_endpoints"), "true")
 	lines := defaultDiagLogLines
 	if n, err := strconv.Atoi(q.Get("log_lines")); err == nil && n > 0 {
 		lines = min(n, maxDiagLogLines)
@@ -185,6 +195,7 @@ func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	var b strings.Builder
 	if err := diagnostics.Write(ctx, &b, diagnostics.Options{
 		ConfigPath: a.ConfigPath, Version: a.Version, Commit: a.Commit, LogLines: lines,
+		HideEndpoints: hide, Logs: a.recentLogs(), TokenScopes: a.tokenScopes(),
 	}); err != nil {
 		return err
 	}
@@ -192,6 +203,23 @@ func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write([]byte(b.String()))
 	return nil
+}
+
+// recentLogs is the diagnostics' log source: the daemon's own lines when it
+// keeps them, else (nil) the journal.
+func (a *API) recentLogs() func(context.Context, int) ([]string, error) {
+	if a.RecentLogs == nil {
+		return nil
+	}
+	return func(_ context.Context, n int) ([]string, error) { return a.RecentLogs(n), nil }
+}
+
+// tokenScopes counts the scoped tokens seen, for the diagnostics' suggestion.
+func (a *API) tokenScopes() func() (int64, int64) {
+	if a.Tokens == nil {
+		return nil
+	}
+	return a.Tokens.ScopesSeen
 }
 
 // pruneReport is Docker's image prune report, which Pelican Wings passes on

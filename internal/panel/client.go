@@ -280,6 +280,29 @@ func (c *Client) SetRestoreStatus(ctx context.Context, backup string, successful
 	return c.do(ctx, http.MethodPost, "/backups/"+url.PathEscape(backup)+"/restore", nil, body, nil)
 }
 
+// ContainerStatus is the body of a state push: the state left and the state
+// entered (Pelican Wings' remote.ServerStateChange; the panel reads
+// data.new_state).
+type ContainerStatus struct {
+	PreviousState string `json:"previous_state"`
+	NewState      string `json:"new_state"`
+}
+
+// PushContainerStatus tells the panel a server changed state (Pelican:
+// POST /api/remote/servers/{uuid}/container/status, which the panel caches
+// for an hour and shows without polling the node). Pterodactyl has no such
+// route and answers 404.
+func (c *Client) PushContainerStatus(ctx context.Context, uuid string, st ContainerStatus) error {
+	return c.do(ctx, http.MethodPost, "/servers/"+url.PathEscape(uuid)+"/container/status", nil, map[string]any{"data": st}, nil)
+}
+
+// IsRouteMissing reports whether err is the panel's answer to a route it
+// does not have (404 or 405).
+func IsRouteMissing(err error) bool {
+	var re *RequestError
+	return errors.As(err, &re) && (re.Status == http.StatusNotFound || re.Status == http.StatusMethodNotAllowed)
+}
+
 // SendActivity delivers a batch of activity records.
 func (c *Client) SendActivity(ctx context.Context, batch []Activity) error {
 	return c.do(ctx, http.MethodPost, "/activity", nil, map[string]any{"data": batch}, nil)

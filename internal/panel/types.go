@@ -47,6 +47,10 @@ type InstallationScript struct {
 type BackupUploadURLs struct {
 	Parts    []string `json:"parts"`
 	PartSize int64    `json:"part_size"`
+	// MaxConcurrentUploads is how many parts may be uploaded at once
+	// (Pelican, S3BackupSchema: backups.max_concurrent_uploads, default
+	// 10); 0 when the panel does not say (Pterodactyl).
+	MaxConcurrentUploads int `json:"max_concurrent_uploads"`
 }
 
 // BackupPart is one uploaded part of a remote backup. Both spellings are sent:

@@ -174,6 +174,10 @@ type Stats struct {
 	CPUAbsolute      float64
 	RxBytes          uint64
 	TxBytes          uint64
+	// DiskReadBytes and DiskWriteBytes are the container's block I/O
+	// counters since it started (blkio on cgroup v1, io.stat on v2).
+	DiskReadBytes  uint64
+	DiskWriteBytes uint64
 }
 
 // NetworkSpec describes the node's container network.

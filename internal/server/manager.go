@@ -107,6 +107,9 @@ func (m *Manager) remove(uuid string) {
 	delete(m.states, uuid)
 	m.stateMu.Unlock()
 	m.saveStates()
+	if m.deps.StatePush != nil {
+		m.deps.StatePush.Forget(uuid)
+	}
 }
 
 // LoadFromPanel fetches every server assigned to this node and registers
@@ -196,11 +199,14 @@ func (s *Server) reattach(ctx context.Context, st runtime.State) error {
 	return nil
 }
 
-func (m *Manager) recordState(uuid string, st State) {
+func (m *Manager) recordState(uuid string, from, to State) {
 	m.stateMu.Lock()
-	m.states[uuid] = st
+	m.states[uuid] = to
 	m.stateMu.Unlock()
 	m.saveStates()
+	if m.deps.StatePush != nil {
+		m.deps.StatePush.Changed(uuid, string(from), string(to))
+	}
 }
 
 // saveStates persists the states atomically.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
 )
 
@@ -234,6 +235,8 @@ func (s *Server) pollStats(ctx context.Context) {
 		s.util.CPUAbsolute = math.Round(sample.CPUAbsolute*1000) / 1000
 		s.util.Network.RxBytes = sample.RxBytes
 		s.util.Network.TxBytes = sample.TxBytes
+		s.util.DiskIO.ReadBytes = sample.DiskReadBytes
+		s.util.DiskIO.WriteBytes = sample.DiskWriteBytes
 		s.mu.Unlock()
 		s.publishStats()
 	}
@@ -253,6 +256,7 @@ func (s *Server) handleCrash(st runtime.State) {
 	if st.ExitCode == 0 && !st.OOMKilled && !cfg.DetectCleanExitAsCrash {
 		return
 	}
+	s.recordCrash(st) // before the daemon's own lines reach the console
 	s.daemonMessage("---------- Detected server process in a crashed state! ----------")
 	s.daemonMessage(fmt.Sprintf("Exit code: %d", st.ExitCode))
 	s.daemonMessage(fmt.Sprintf("Out of memory: %t", st.OOMKilled))
@@ -270,6 +274,31 @@ func (s *Server) handleCrash(st runtime.State) {
 	if err := s.PowerAsync(PowerStart, 0); err != nil {
 		s.log.Warn("automatic restart after a crash not possible", "error", err)
 	}
+}
+
+// recordCrash queues the server:crashed activity with the exit code, whether
+// the kernel killed it for memory, and the last console lines (Pelican Wings'
+// server/crash.go; the panel's activity log says "Server crashed"). No user
+// caused it: the record has none, and the node's loopback address.
+func (s *Server) recordCrash(st runtime.State) {
+	if s.deps.Activity == nil {
+		return
+	}
+	lines := s.ConsoleLines(s.deps.Config.Get().System.CrashActivityLines)
+	if lines == nil {
+		lines = []string{}
+	}
+	s.deps.Activity.Record(panel.Activity{
+		Server: s.UUID(),
+		Event:  "server:crashed",
+		Metadata: map[string]any{
+			"exit_code": st.ExitCode,
+			"oomkilled": st.OOMKilled,
+			"logs":      lines,
+		},
+		IP:        "127.0.0.1",
+		Timestamp: s.deps.now().UTC(),
+	})
 }
 
 // sanitizeCommand removes control characters from a console command: a

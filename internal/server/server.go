@@ -40,6 +40,12 @@ type Utilization struct {
 		RxBytes uint64 `json:"rx_bytes"`
 		TxBytes uint64 `json:"tx_bytes"`
 	} `json:"network"`
+	// DiskIO is the container's block I/O since it started (Pelican Wings'
+	// disk_io; the panel derives throughput from deltas).
+	DiskIO struct {
+		ReadBytes  uint64 `json:"read_bytes"`
+		WriteBytes uint64 `json:"write_bytes"`
+	} `json:"disk_io"`
 	Uptime    int64 `json:"uptime"`
 	State     State `json:"state"`
 	DiskBytes int64 `json:"disk_bytes"`
@@ -69,6 +75,24 @@ type Deps struct {
 	// JobDrainWait is how long an exclusive job waits for the shared jobs
 	// running when it begins (BeginJob); 2 seconds when zero.
 	JobDrainWait time.Duration
+	// Activity receives the node's own activity records (server:crashed);
+	// nil when nobody listens.
+	Activity ActivityRecorder
+	// StatePush tells the panel of state changes (Pelican's container
+	// status route); nil when nobody listens.
+	StatePush StatePusher
+}
+
+// ActivityRecorder queues an activity record for the panel (activity.Queue).
+type ActivityRecorder interface {
+	Record(a panel.Activity)
+}
+
+// StatePusher receives every state change of the manager's servers, and
+// hears when a server is gone (statepush.Pusher).
+type StatePusher interface {
+	Changed(uuid, from, to string)
+	Forget(uuid string)
 }
 
 // Server is one game server.
@@ -112,7 +136,7 @@ type Server struct {
 	diskRefresh  time.Time
 	diskInFlight bool
 
-	onState func(uuid string, st State)
+	onState func(uuid string, from, to State)
 }
 
 // containerRun is one attachment to the server's container.
@@ -132,7 +156,7 @@ func (r *containerRun) end() {
 }
 
 // newServer builds a server; the manager calls it.
-func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(string, State)) *Server {
+func newServer(parent context.Context, deps *Deps, def Definition, files *sandbox.FS, onState func(uuid string, from, to State)) *Server {
 	ctx, cancel := context.WithCancel(parent)
 	s := &Server{
 		deps:        deps,
@@ -319,7 +343,7 @@ func (s *Server) setState(to State) bool {
 		s.publishStats()
 	}
 	if s.onState != nil {
-		s.onState(s.UUID(), to)
+		s.onState(s.UUID(), from, to)
 	}
 	return true
 }

@@ -6,7 +6,8 @@
 // nothing else; exp always required and checked with no leeway; nbf
 // checked with a 60 s leeway for clock skew; iss and aud not checked; a
 // scope claim, when present, must name the endpoint's purpose; without it
-// the purpose follows from the claims; an endpoint refuses a token of any
+// the purpose follows from the claims, unless api.require_token_scope
+// refuses such tokens; an endpoint refuses a token of any
 // other purpose even when the claims it needs are there.
 package tokens
 
@@ -32,6 +33,7 @@ var (
 	ErrExpired      error = &tokenError{"token has expired"}
 	ErrNotYetValid  error = &tokenError{"token is not valid yet"}
 	ErrWrongPurpose error = &tokenError{"token was not issued for this endpoint"}
+	ErrNoScope      error = &tokenError{"token has no scope claim and api.require_token_scope is on"}
 	ErrMissingClaim error = &tokenError{"token lacks a required claim"}
 	ErrBadClaim     error = &tokenError{"token has a claim of the wrong form"}
 	ErrUsed         error = &tokenError{"token has already been used"}

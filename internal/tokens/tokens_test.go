@@ -493,3 +493,38 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestRequireScope: with api.require_token_scope on, a token without a
+// scope claim is refused for every purpose, and one with the right scope is
+// accepted; off, the purpose is inferred as before. The counts say which
+// kind the panel sends.
+func TestRequireScope(t *testing.T) {
+	v := NewVerifier(keyFunc, clock)
+	required := false
+	v.RequireScope(func() bool { return required })
+	for _, p := range allPurposes {
+		if err := verify(v, p, sign(t, claimsFor(p))); err != nil {
+			t.Fatalf("%s without scope, not required: %v", p, err)
+		}
+	}
+	required = true
+	for _, p := range allPurposes {
+		if err := verify(v, p, sign(t, claimsFor(p))); !errors.Is(err, ErrNoScope) || !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("%s without scope, required: %v", p, err)
+		}
+		if err := verify(v, p, sign(t, with(claimsFor(p), "scope", string(p)))); err != nil {
+			t.Fatalf("%s with its scope, required: %v", p, err)
+		}
+	}
+	scoped, unscoped := v.ScopesSeen()
+	if scoped != int64(len(allPurposes)) || unscoped != 2*int64(len(allPurposes)) {
+		t.Fatalf("seen %d scoped, %d unscoped", scoped, unscoped)
+	}
+	// A forged token counts as neither: the counts are of what the panel sent.
+	if err := verify(v, PurposeWebsocket, func() string { s, _ := Sign([]byte("other"), claimsFor(PurposeWebsocket)); return s }()); err == nil {
+		t.Fatal("a token of another key was accepted")
+	}
+	if s, u := v.ScopesSeen(); s != scoped || u != unscoped {
+		t.Fatalf("a forged token was counted: %d %d", s, u)
+	}
+}

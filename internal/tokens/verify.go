@@ -3,6 +3,7 @@ package tokens
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -31,7 +32,23 @@ const MaxTokenLength = 16 << 10
 type Verifier struct {
 	key func() []byte
 	now func() time.Time
+	// requireScope, when set and true, refuses a token without a scope
+	// claim (api.require_token_scope).
+	requireScope func() bool
+	scoped       atomic.Int64 // valid tokens seen with a scope claim
+	unscoped     atomic.Int64 // and without
 }
+
+// RequireScope makes the verifier refuse a token that has no scope claim
+// whenever required() is true (read for every token: the setting can change
+// at run time). Pterodactyl panels since 1.12 and Pelican put a scope on
+// every token; older panels put none.
+func (v *Verifier) RequireScope(required func() bool) { v.requireScope = required }
+
+// ScopesSeen counts the signature-valid tokens seen since the start with
+// and without a scope claim (the diagnostics suggest requiring scopes when
+// every token had one).
+func (v *Verifier) ScopesSeen() (scoped, unscoped int64) { return v.scoped.Load(), v.unscoped.Load() }
 
 // NewVerifier returns a Verifier. key is called for every token (the node
 // token can change at run time); now is the clock (time.Now when nil).
@@ -290,10 +307,27 @@ func (v *Verifier) parse(raw string, want Purpose) (*claims, error) {
 	if iat != nil {
 		c.iat = iat.Time
 	}
+	if err := v.checkScopePresent(c); err != nil {
+		return nil, err
+	}
 	if err := c.checkPurpose(want); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// checkScopePresent counts the token as scoped or not and, when scopes are
+// required, refuses one without.
+func (v *Verifier) checkScopePresent(c *claims) error {
+	if _, ok := c.m["scope"]; ok {
+		v.scoped.Add(1)
+		return nil
+	}
+	v.unscoped.Add(1)
+	if v.requireScope != nil && v.requireScope() {
+		return ErrNoScope
+	}
+	return nil
 }
 
 // checkPurpose: a scope claim (space-separated string, or array of

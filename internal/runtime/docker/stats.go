@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -57,6 +58,16 @@ func convertStats(s *container.StatsResponse) runtime.Stats {
 	for _, n := range s.Networks {
 		out.RxBytes += n.RxBytes
 		out.TxBytes += n.TxBytes
+	}
+	// The engine reports the block I/O counters as "Read"/"Write" on cgroup
+	// v1 and "read"/"write" (from io.stat) on v2.
+	for _, e := range s.BlkioStats.IoServiceBytesRecursive {
+		switch strings.ToLower(e.Op) {
+		case "read":
+			out.DiskReadBytes += e.Value
+		case "write":
+			out.DiskWriteBytes += e.Value
+		}
 	}
 	return out
 }

@@ -77,6 +77,30 @@ func TestConvertStatsSumsNetworks(t *testing.T) {
 	}
 }
 
+// The engine's block I/O counters, as it sends them on cgroup v1 (per device
+// and op, capitalised, with Sync/Async/Total rows that must not be added
+// again) and on v2 (lower case, from io.stat).
+func TestConvertStatsSumsBlockIO(t *testing.T) {
+	for name, raw := range map[string]string{
+		"cgroup v1": `{"blkio_stats":{"io_service_bytes_recursive":[
+			{"major":8,"minor":0,"op":"Read","value":4096},{"major":8,"minor":0,"op":"Write","value":1048576},
+			{"major":8,"minor":0,"op":"Sync","value":1052672},{"major":8,"minor":0,"op":"Async","value":0},
+			{"major":8,"minor":0,"op":"Total","value":1052672},
+			{"major":8,"minor":16,"op":"Read","value":4096},{"major":8,"minor":16,"op":"Write","value":0}]}}`,
+		"cgroup v2": `{"blkio_stats":{"io_service_bytes_recursive":[
+			{"major":8,"minor":0,"op":"read","value":4096},{"major":8,"minor":0,"op":"write","value":1048576},
+			{"major":8,"minor":16,"op":"read","value":4096},{"major":8,"minor":16,"op":"write","value":0}]}}`,
+	} {
+		var s container.StatsResponse
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			t.Fatal(err)
+		}
+		if got := convertStats(&s); got.DiskReadBytes != 8192 || got.DiskWriteBytes != 1048576 {
+			t.Errorf("%s: read %d write %d, want 8192 and 1048576", name, got.DiskReadBytes, got.DiskWriteBytes)
+		}
+	}
+}
+
 func TestSignalName(t *testing.T) {
 	for in, want := range map[string]string{
 		"SIGTERM": "SIGTERM", "sigint": "SIGINT", "ABRT": "SIGABRT", "kill": "SIGKILL", " SIGKILL ": "SIGKILL",

@@ -24,6 +24,9 @@ type Process struct {
 	// Empty: no line does, the process ignores its stop command. Any
 	// other line is answered with "Unknown command: <line>".
 	StopCommand string
+	// CrashCommand is the console line that makes the process print
+	// "Segmentation fault" and exit 139, as a game that crashes. Empty: none.
+	CrashCommand string
 	// IgnoreSignals makes the process ignore every signal but SIGKILL,
 	// and so the engine's stop too, which kills it after its timeout.
 	IgnoreSignals bool
@@ -365,6 +368,10 @@ func (s *stream) Write(p []byte) (int, error) {
 		case s.c.proc.StopCommand != "" && line == s.c.proc.StopCommand:
 			s.c.say("Stopping")
 			s.c.exitLocked(0)
+			return len(p), nil
+		case s.c.proc.CrashCommand != "" && line == s.c.proc.CrashCommand:
+			s.c.say("Segmentation fault")
+			s.c.exitLocked(139)
 			return len(p), nil
 		default:
 			s.c.say("Unknown command: " + line)
