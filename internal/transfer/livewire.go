@@ -411,7 +411,11 @@ type chunkReader struct {
 }
 
 func newChunkReader(r io.Reader) (*chunkReader, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxChunk))
+	// One chunk decodes to at most maxChunk bytes, whatever its frames
+	// claim: the decoder refuses a larger window or output (summed over
+	// the frames of a payload) before it allocates for it.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxChunk), zstd.WithDecoderMaxWindow(maxChunk))
 	if err != nil {
 		return nil, err
 	}
