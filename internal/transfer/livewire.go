@@ -407,6 +407,7 @@ type chunkReader struct {
 	cur   []byte
 	zbuf  []byte
 	out   []byte
+	name  []byte // scratch of recReader.str
 	magic bool
 }
 
@@ -605,11 +606,13 @@ func (r recReader) str() (string, error) {
 	if n == 0 || n > maxNameLen {
 		return "", errBadStream
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r.r, b); err != nil {
+	// Read into the reader's scratch buffer: the string is the one
+	// allocation of the record.
+	r.r.name = grow(r.r.name, int(n))
+	if _, err := io.ReadFull(r.r, r.r.name); err != nil {
 		return "", unexpectedEOF(err)
 	}
-	return string(b), nil
+	return string(r.r.name), nil
 }
 
 func (r recReader) sum() (contentHash, error) {
