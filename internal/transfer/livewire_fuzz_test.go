@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -641,5 +642,35 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 	got, _ := tree.Snapshot(ar.root)
 	if d := tree.Diff(want, got); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// The target's table of received files keeps nothing of what the stream
+// removed or the manifest checked (issue 33 item 1): files written into a
+// directory that a delete record then removes, and a file replaced by a
+// directory, leave no entry; after the end record the table is empty.
+func TestLiveTargetForgetsRemovedFiles(t *testing.T) {
+	w := newWire().pass(1, phaseOnline).rec(recDir, "a", uint64(0o755), int64(0))
+	for i := range 100 {
+		w.file(fmt.Sprintf("a/sub/f%03d", i), "x")
+	}
+	w.file("c", "y")
+	w.rec(recDelete, "a")
+	w.file("b", "z")
+	w.pass(2, phaseFinal).rec(recDir, "c", uint64(0o755), int64(7)) // replaces the file c
+	sum := func(s string) []byte {
+		h := newContentHash()
+		_, _ = h.Write([]byte(s))
+		b := h.Sum128().Bytes()
+		return b[:]
+	}
+	w.rec(recManifest, byte('f'), "b", uint64(0o644), int64(1e18), uint64(1), sum("z"))
+	w.rec(recManifest, byte('d'), "c", uint64(0o755), int64(7), uint64(0))
+	a, err := newArena(t).applyVersion(t, bytes.NewReader(w.rec(recEnd, uint64(2)).stream()), LiveVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.sums) != 0 || a.manCount != 2 {
+		t.Fatalf("%d entries left in the table of received files, %d manifest entries counted", len(a.sums), a.manCount)
 	}
 }
