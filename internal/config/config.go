@@ -209,6 +209,15 @@ type Transfers struct {
 	Live bool `yaml:"live" json:"live"`
 	// Compression of a live transfer's stream: auto, zstd or none.
 	Compression string `yaml:"compression" json:"compression"`
+	// MaxBackups bounds the backups a target accepts from one classic
+	// transfer (`backup_<uuid>.tar.gz` parts); 0 accepts none. Issue 33
+	// item 7: the panel names them to the source only, so a target
+	// cannot tell them from parts a peer adds (docs/compatibility.md).
+	MaxBackups int `yaml:"max_backups" json:"max_backups"`
+	// MaxBackupSize bounds each of those backups, in MiB; 0: the server's
+	// disk limit plus 1/64 and 1 MiB for the archive's own overhead (no
+	// bound for a server without a disk limit).
+	MaxBackupSize int `yaml:"max_backup_size" json:"max_backup_size"`
 }
 
 // Docker configures the container runtime.

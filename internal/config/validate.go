@@ -218,6 +218,12 @@ func validateTransfers(c *Config, bad badFunc) {
 	default:
 		bad("system.transfers.compression", "must be one of auto, zstd, none")
 	}
+	if c.System.Transfers.MaxBackups < 0 {
+		bad("system.transfers.max_backups", "must be 0 (no backups accepted) or more")
+	}
+	if c.System.Transfers.MaxBackupSize < 0 {
+		bad("system.transfers.max_backup_size", "must be 0 (the server's disk limit) or more (MiB)")
+	}
 }
 
 func validateRemoteQuery(c *Config, bad badFunc) {

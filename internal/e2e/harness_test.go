@@ -70,6 +70,7 @@ type node struct {
 	log     *syncBuffer
 	exited  chan struct{}
 	exitErr error
+	bin     string // the binary to run; wharfBinary when empty
 }
 
 type syncBuffer struct {
@@ -188,7 +189,11 @@ func (n *node) boot() bool {
 	n.t.Helper()
 	n.exited = make(chan struct{})
 	n.exitErr = nil
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	bin := wharfBinary
+	if n.bin != "" {
+		bin = n.bin
+	}
+	n.cmd = exec.Command(bin, "--config", n.CfgPath)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)

@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -97,16 +99,44 @@ type stagedBackup struct {
 type extras struct {
 	backupDir string
 	layout    string // system.backups.layout: where a received backup goes
-	log       *slog.Logger
-	backups   map[string]stagedBackup
-	sums      map[string]string // checksum parts by backup UUID, as sent
-	install   []byte
-	hasLog    bool
+	// Bounds of the backups accepted (issue 33 item 7): how many, and the
+	// bytes of each (0: none).
+	maxBackups    int
+	maxBackupSize int64
+	log           *slog.Logger
+	backups       map[string]stagedBackup
+	sums          map[string]string // checksum parts by backup UUID, as sent
+	install       []byte
+	hasLog        bool
 }
 
 func newExtras(backupDir string, log *slog.Logger) *extras {
-	return &extras{backupDir: backupDir, log: log, backups: map[string]stagedBackup{}, sums: map[string]string{}}
+	return &extras{backupDir: backupDir, log: log, backups: map[string]stagedBackup{}, sums: map[string]string{}, maxBackups: 32}
 }
+
+// setBounds sets the bounds of the backups accepted from
+// system.transfers and the server's disk limit (bytes; 0 none).
+func (x *extras) setBounds(maxBackups, maxSizeMiB int, diskLimit int64) {
+	x.maxBackups = maxBackups
+	switch {
+	case maxSizeMiB > 0:
+		x.maxBackupSize = int64(maxSizeMiB) << 20
+	case diskLimit > 0:
+		x.maxBackupSize = diskLimit + diskLimit/64 + 1<<20
+	default:
+		x.maxBackupSize = 0
+	}
+}
+
+// ErrTooManyBackups: a form carries more backups (or backup checksums)
+// than system.transfers.max_backups.
+var ErrTooManyBackups = errors.New("the transfer carries more backups than this node accepts (system.transfers.max_backups)")
+
+// ErrBackupTooLarge: a backup part over its bound.
+var ErrBackupTooLarge = errors.New("a backup the transfer carries is larger than this node accepts for the server (system.transfers.max_backup_size, or the server's disk limit)")
+
+// ErrNotABackup: a backup part that is not a gzip-compressed tar archive.
+var ErrNotABackup = errors.New("a backup the transfer carries is not a tar.gz archive")
 
 // part reads one part that is not the archive or its checksum; the
 // parts of no interest are read and dropped.
@@ -123,6 +153,9 @@ func (x *extras) part(ctx context.Context, p *multipart.Part) error {
 		id, ok := backupPartID(name, partBackupChecksum)
 		if !ok {
 			return fmt.Errorf("%w: %w", ErrBadForm, ErrBadBackupPart)
+		}
+		if _, seen := x.sums[id]; !seen && len(x.sums) >= x.maxBackups {
+			return fmt.Errorf("%w: %w (%d)", ErrBadForm, ErrTooManyBackups, x.maxBackups)
 		}
 		v, err := io.ReadAll(io.LimitReader(ctxReader{ctx, p}, 256))
 		if err != nil {
@@ -149,6 +182,9 @@ func (x *extras) stageBackup(ctx context.Context, id string, r io.Reader) error 
 	if _, dup := x.backups[id]; dup {
 		return fmt.Errorf("%w: backup %s sent twice", ErrBadForm, id)
 	}
+	if len(x.backups) >= x.maxBackups {
+		return fmt.Errorf("%w: %w (%d)", ErrBadForm, ErrTooManyBackups, x.maxBackups)
+	}
 	if err := os.MkdirAll(x.backupDir, 0o700); err != nil {
 		return fmt.Errorf("creating the backup directory: %w", err)
 	}
@@ -157,16 +193,58 @@ func (x *extras) stageBackup(ctx context.Context, id string, r io.Reader) error 
 		return fmt.Errorf("storing a backup: %w", err)
 	}
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), ctxReader{ctx, r})
+	src := io.Reader(ctxReader{ctx, r})
+	if x.maxBackupSize > 0 {
+		src = io.LimitReader(src, x.maxBackupSize+1)
+	}
+	n, err := io.Copy(io.MultiWriter(f, h), src)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	switch {
+	case err != nil:
+		err = extractErr(ctx, fmt.Errorf("%w: backup %s: %v", ErrBadForm, id, err))
+	case x.maxBackupSize > 0 && n > x.maxBackupSize:
+		err = fmt.Errorf("%w: %w: backup %s is over %d bytes", ErrBadForm, ErrBackupTooLarge, id, x.maxBackupSize)
+	default:
+		err = checkBackupHeader(f.Name())
+		if err != nil {
+			err = fmt.Errorf("%w: %w: backup %s: %v", ErrBadForm, ErrNotABackup, id, err)
+		}
+	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		return extractErr(ctx, fmt.Errorf("%w: backup %s: %v", ErrBadForm, id, err))
+		return err
 	}
 	x.backups[id] = stagedBackup{tmp: f.Name(), sum: h.Sum(nil)}
 	return nil
+}
+
+// checkBackupHeader checks, cheaply, that the file at p is a tar.gz
+// archive: a gzip stream whose first tar header (or end of archive) reads
+// with a valid checksum. Nothing else of it is read.
+func checkBackupHeader(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return isTarGz(f)
+}
+
+// isTarGz reads the start of r as a gzip-compressed tar archive (at most
+// its first header block).
+func isTarGz(r io.Reader) error {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	_, err = tar.NewReader(io.LimitReader(zr, 64<<10)).Next()
+	if errors.Is(err, io.EOF) {
+		return nil // an empty archive: the end blocks only
+	}
+	return err
 }
 
 // verify checks that every backup came with its checksum and matches it.

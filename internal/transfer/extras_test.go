@@ -1,11 +1,15 @@
 package transfer
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime/multipart"
@@ -40,7 +44,7 @@ func TestPushCarriesBackupsAndInstallLog(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(srcDir, "a.txt"), []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	backupBytes := bytes.Repeat([]byte("backup bytes "), 100_000)
+	backupBytes := tarGz(t, bytes.Repeat([]byte("backup bytes "), 100_000))
 	backupPath := filepath.Join(t.TempDir(), testBackup+".tar.gz")
 	logPath := filepath.Join(t.TempDir(), "install.log")
 	if err := os.WriteFile(backupPath, backupBytes, 0o600); err != nil {
@@ -117,7 +121,7 @@ func assertNoStaging(t *testing.T, dir string) {
 // checksum part once the form has ended, in any order.
 func TestReceiveBackupParts(t *testing.T) {
 	arc, sum := smallArchive(t)
-	data := "backup data"
+	data := string(tarGz(t, []byte("backup data")))
 	good := hexSum([]byte(data))
 	b, cb := "backup_"+testBackup+".tar.gz", "checksum_backup_"+testBackup+".tar.gz"
 	cases := []struct {
@@ -132,6 +136,8 @@ func TestReceiveBackupParts(t *testing.T) {
 		{"backup sent twice", [][2]string{{"archive", arc}, {"checksum", sum}, {b, data}, {b, data}, {cb, good}}, ErrBadForm},
 		{"path in the name", [][2]string{{"archive", arc}, {"checksum", sum}, {"backup_../../pwn.tar.gz", data}}, ErrBadForm},
 		{"uuid without the extension", [][2]string{{"archive", arc}, {"checksum", sum}, {"backup_" + testBackup, data}}, ErrBadForm},
+		{"not a tar.gz", [][2]string{{"archive", arc}, {"checksum", sum}, {b, "backup data"}, {cb, hexSum([]byte("backup data"))}}, ErrNotABackup},
+		{"gzip of no tar", [][2]string{{"archive", arc}, {"checksum", sum}, {b, string(gzipOf(t, []byte("x")))}, {cb, hexSum(gzipOf(t, []byte("x")))}}, ErrNotABackup},
 		{"bad checksum part name", [][2]string{{"archive", arc}, {"checksum", sum}, {b, data}, {"checksum_backup_../x", good}}, ErrBadForm},
 	}
 	for _, c := range cases {
@@ -280,13 +286,14 @@ func TestSourceFormMeetsBothWingsTargets(t *testing.T) {
 // under the same UUID (another server's, or an earlier transfer's).
 func TestReceivedBackupNeverReplaces(t *testing.T) {
 	arc, sum := smallArchive(t)
+	mine := tarGz(t, []byte("mine"))
 	dir := t.TempDir()
 	existing := filepath.Join(dir, testBackup+".tar.gz")
 	if err := os.WriteFile(existing, []byte("theirs"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	boundary, body := form(t, [2]string{"archive", arc}, [2]string{"checksum", sum},
-		[2]string{"backup_" + testBackup + ".tar.gz", "mine"}, [2]string{"checksum_backup_" + testBackup + ".tar.gz", hexSum([]byte("mine"))})
+		[2]string{"backup_" + testBackup + ".tar.gz", string(mine)}, [2]string{"checksum_backup_" + testBackup + ".tar.gz", hexSum(mine)})
 	x := newExtras(dir, slog.Default())
 	defer x.discard()
 	if err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x); err != nil {
@@ -335,7 +342,7 @@ func TestPushStreamedBackup(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(srcDir, "a.txt"), []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	backupBytes := bytes.Repeat([]byte("streamed backup "), 50_000)
+	backupBytes := tarGz(t, bytes.Repeat([]byte("streamed backup "), 50_000))
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -382,4 +389,108 @@ func TestPushStreamedBackup(t *testing.T) {
 			assertNoStaging(t, backups)
 		})
 	}
+}
+
+// tarGz is a tar.gz archive of one file holding content.
+func tarGz(tb testing.TB, content []byte) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: "data", Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = tw.Write(content)
+	if err := tw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// gzipOf is content gzip-compressed.
+func gzipOf(tb testing.TB, content []byte) []byte {
+	tb.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(content)
+	if err := zw.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// The bounds of the backups a target accepts (issue 33 item 7): more
+// backups or backup checksums than max_backups, or a backup over its size
+// bound, fail the form, and nothing stays in the backup directory.
+func TestReceiveBackupBounds(t *testing.T) {
+	arc, sum := smallArchive(t)
+	random := make([]byte, 3<<20)
+	_, _ = rand.Read(random)
+	big := tarGz(t, random)
+	small := tarGz(t, []byte("small"))
+	id := func(i int) string { return fmt.Sprintf("5c0000b1-0000-4000-8000-%012d", i) }
+	backups := func(n int, data []byte) [][2]string {
+		parts := [][2]string{{"archive", arc}, {"checksum", sum}}
+		for i := range n {
+			parts = append(parts, [2]string{"backup_" + id(i) + ".tar.gz", string(data)}, [2]string{"checksum_backup_" + id(i) + ".tar.gz", hexSum(data)})
+		}
+		return parts
+	}
+	checksums := func(n int) [][2]string {
+		parts := [][2]string{{"archive", arc}, {"checksum", sum}}
+		for i := range n {
+			parts = append(parts, [2]string{"checksum_backup_" + id(i) + ".tar.gz", hexSum(small)})
+		}
+		return parts
+	}
+	for _, c := range []struct {
+		name                string
+		maxBackups, maxSize int
+		disk                int64
+		parts               [][2]string
+		want                error
+	}{
+		{"as many as allowed", 3, 0, 1 << 20, backups(3, small), nil},
+		{"one more than allowed", 3, 0, 1 << 20, backups(4, small), ErrTooManyBackups},
+		{"none allowed", 0, 0, 0, backups(1, small), ErrTooManyBackups},
+		{"checksums of backups never sent", 3, 0, 0, checksums(4), ErrTooManyBackups},
+		{"over the disk limit", 3, 0, 1 << 20, backups(1, big), ErrBackupTooLarge},
+		{"no disk limit", 3, 0, 0, backups(1, big), nil},
+		{"over max_backup_size", 3, 2, 0, backups(1, big), ErrBackupTooLarge},
+		{"within max_backup_size", 3, 4, 1 << 20, backups(1, big), nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "backups")
+			boundary, body := form(t, c.parts...)
+			x := newExtras(dir, slog.Default())
+			x.setBounds(c.maxBackups, c.maxSize, c.disk)
+			err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x)
+			if err == nil {
+				err = x.commit(testServer, t.TempDir())
+			}
+			x.discard()
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Fatalf("receive: %v, want %v", err, c.want)
+			}
+			entries, _ := os.ReadDir(dir)
+			if c.want != nil && len(entries) != 0 {
+				t.Fatalf("left in the backup directory: %v", entries)
+			}
+		})
+	}
+}
+
+// FuzzIsTarGz: the header check of a received backup never panics and
+// reads at most the gzip header and one tar block's worth of output.
+func FuzzIsTarGz(f *testing.F) {
+	f.Add(tarGz(f, []byte("x")))
+	f.Add(gzipOf(f, []byte("x")))
+	f.Add(gzipOf(f, make([]byte, 1<<20)))
+	f.Add([]byte{0x1f, 0x8b, 8})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = isTarGz(bytes.NewReader(b))
+	})
 }

@@ -67,7 +67,7 @@ func liveRoundTripHook(t testing.TB, src, dst, mode string, change func(), onPas
 	}
 	defer cr.Close()
 	a := &applier{ctx: ctx, dst: tree.Open(t, dst), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
-		sums: map[string]fileSum{}, man: map[string]*manEntry{}, log: onPass}
+		sums: map[pathKey]fileSum{}, log: onPass}
 	aerr := a.run()
 	pr.CloseWithError(errors.New("reader done"))
 	if serr := <-done; serr != nil && aerr == nil {

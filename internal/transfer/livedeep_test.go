@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,12 +70,26 @@ func TestLiveTargetAppliesADeepChainWithFewDescriptors(t *testing.T) {
 			w = newWire()
 		}
 	}
-	// The manifest in chunks within maxChunk, after the records.
+	// The manifest in chunks within maxChunk, after the records, in the
+	// wire's order (strictly increasing paths): every directory down the
+	// chain, then the files from the deepest up.
+	type entry struct {
+		rel   string
+		level int
+	}
+	var entries []entry
 	for i := range depth {
-		man.rec(recManifest, byte('d'), levels[i], uint64(0o750), int64(1e9*i), uint64(0))
-		content := levelContent(i)
-		man.rec(recManifest, byte('f'), levels[i]+"/f", uint64(0o644), int64(1e18), uint64(len(content)), sum(content))
-		if i%50 == 49 {
+		entries = append(entries, entry{levels[i], i}, entry{levels[i] + "/f", i})
+	}
+	slices.SortFunc(entries, func(x, y entry) int { return strings.Compare(x.rel, y.rel) })
+	for j, e := range entries {
+		if strings.HasSuffix(e.rel, "/f") {
+			content := levelContent(e.level)
+			man.rec(recManifest, byte('f'), e.rel, uint64(0o644), int64(1e18), uint64(len(content)), sum(content))
+		} else {
+			man.rec(recManifest, byte('d'), e.rel, uint64(0o750), int64(1e9*e.level), uint64(0))
+		}
+		if j%100 == 99 {
 			chunks = append(chunks, frameNone(man.buf.Bytes()))
 			man = newWire()
 		}
@@ -179,7 +194,7 @@ func TestLiveTargetDoesNotWriteThroughADirectorySwappedForALink(t *testing.T) {
 	defer dst.Close()
 	swapped := false
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
-		sums: map[string]fileSum{}, man: map[string]*manEntry{}, log: func(pass uint64, _ byte) {
+		sums: map[pathKey]fileSum{}, log: func(pass uint64, _ byte) {
 			if pass != 2 {
 				return
 			}

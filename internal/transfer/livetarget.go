@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"path"
 	"runtime"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +39,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	defer cr.Close()
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
-		maxWrite: 1 << 20, sums: map[string]fileSum{}, man: map[string]*manEntry{},
+		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
 		noInstallLog: version < 3,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
@@ -59,7 +57,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 		return err
 	}
 	svc.opts.Log.Info("live transfer received and checked against the manifest", "server", t.server,
-		"paths", len(a.man), "check", a.checked.Round(time.Millisecond).String())
+		"paths", a.manCount, "check", a.checked.Round(time.Millisecond).String())
 	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
 		return err
 	}
@@ -79,6 +77,15 @@ type fileSum struct {
 	sum  contentHash
 }
 
+// pathKey is a path's key in the target's table of received files: the
+// XXH3-128 of the path, so that an entry costs the same whatever the
+// length of the name the peer chose (docs/live-transfers.md, "Bounds").
+type pathKey = [16]byte
+
+func keyOf(rel string) pathKey { return xxh3.HashString128(rel).Bytes() }
+
+// manEntry is one manifest record, checked against the tree as it arrives
+// and then forgotten.
 type manEntry struct {
 	kind   byte
 	mode   fs.FileMode
@@ -96,9 +103,16 @@ type applier struct {
 	h        *xxh3.Hasher128
 	maxWrite int // bytes per write (the rate limiter's burst at most)
 	limiter  *rate.Limiter
-	sums     map[string]fileSum
-	man      map[string]*manEntry
-	final    bool
+	// sums: the files the stream wrote and still on disk, by path key
+	// (a file's entry goes when it is removed, replaced, or checked
+	// against its manifest entry).
+	sums  map[pathKey]fileSum
+	final bool
+	// The manifest is checked entry by entry as it arrives (its paths
+	// come in strictly increasing byte order, so no entry is kept to
+	// find a duplicate): manCount entries so far, the last one's path.
+	manCount uint64
+	lastMan  string
 	started  bool
 	log      func(pass uint64, phase byte)
 	// noInstallLog: a version-2 stream, which has no install log record.
@@ -155,7 +169,7 @@ func streamErr(err error) error {
 }
 
 func (a *applier) record(kind byte) error {
-	if a.final && kind != recManifest && kind != recEnd && len(a.man) > 0 {
+	if a.final && kind != recManifest && kind != recEnd && a.manCount > 0 {
 		return errBadStream // only manifest records follow the first one
 	}
 	d := &recDecoder{r: a.r}
@@ -222,7 +236,7 @@ func (a *applier) record(kind byte) error {
 		if d.err != nil {
 			return d.err
 		}
-		if !a.final || n != uint64(len(a.man)) {
+		if !a.final || n != a.manCount {
 			return errBadStream
 		}
 		return a.verify()
@@ -244,6 +258,7 @@ func (a *applier) pass(pass uint64, phase byte) error {
 		if err := a.dst.RemoveAll(a.ctx, "."); err != nil {
 			return err
 		}
+		clear(a.sums)
 		a.started = true
 	}
 	a.final = phase == phaseFinal
@@ -260,7 +275,7 @@ func (a *applier) enter(dir string, create bool) (*sandbox.Dir, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Removed = func(rel string) { delete(a.sums, rel) }
+		st.Removed = func(rel string) { delete(a.sums, keyOf(rel)) }
 		a.stack = st
 	}
 	return a.stack.Enter(dir, create)
@@ -322,22 +337,33 @@ func (a *applier) removeIn(d *sandbox.Dir, rel, base string, fi fs.FileInfo) err
 		if err := d.Remove(base); err != nil {
 			return err
 		}
-		delete(a.sums, rel)
+		delete(a.sums, keyOf(rel))
 		return nil
 	}
 	// No handle below rel may outlive it: it would write where no path
 	// leads. (d, rel's parent, is the stack's top and stays open.)
 	a.stack.Leave(rel)
-	if err := d.RemoveAll(a.ctx, base); err != nil {
+	if err := a.forgetTree(rel); err != nil {
 		return err
 	}
-	delete(a.sums, rel)
-	for p := range a.sums {
-		if strings.HasPrefix(p, rel+"/") {
-			delete(a.sums, p)
-		}
+	return d.RemoveAll(a.ctx, base)
+}
+
+// forgetTree drops the entries of the files below the directory rel, about
+// to be removed (the table is keyed by hashes: a walk names them).
+func (a *applier) forgetTree(rel string) error {
+	if len(a.sums) == 0 {
+		return nil
 	}
-	return nil
+	return a.dst.WalkContext(a.ctx, rel, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			delete(a.sums, keyOf(p))
+		}
+		return nil
+	})
 }
 
 func (a *applier) dir(rel string, mode fs.FileMode, mtime int64) error {
@@ -396,7 +422,8 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 	if err != nil {
 		return err
 	}
-	delete(a.sums, rel)
+	key := keyOf(rel)
+	delete(a.sums, key)
 	f, existed, err := a.create(d, rel, base, mode)
 	if err != nil {
 		return err
@@ -424,7 +451,7 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 	if got := a.h.Sum128().Bytes(); got != want {
 		return fmt.Errorf("%w: %s", ErrChecksumMismatch, rel)
 	}
-	a.sums[rel] = fileSum{size: size, sum: want}
+	a.sums[key] = fileSum{size: size, sum: want}
 	return nil
 }
 
@@ -450,6 +477,9 @@ func (a *applier) copy(w io.Writer, size int64) error {
 	return nil
 }
 
+// manifestEntry reads a manifest record and checks it against the tree at
+// once: nothing of it is kept but its path (for the order), so a peer's
+// manifest costs no memory whatever its length (docs/live-transfers.md).
 func (a *applier) manifestEntry(d *recDecoder) error {
 	kind := d.byte()
 	rel, mode, mtime := d.head()
@@ -457,7 +487,7 @@ func (a *applier) manifestEntry(d *recDecoder) error {
 	if d.err != nil {
 		return d.err
 	}
-	e := &manEntry{kind: kind, mode: mode, mtime: mtime, size: int64(size)}
+	e := manEntry{kind: kind, mode: mode, mtime: mtime, size: int64(size)}
 	switch kind {
 	case 'd':
 	case 'f':
@@ -470,90 +500,98 @@ func (a *applier) manifestEntry(d *recDecoder) error {
 	if d.err != nil {
 		return d.err
 	}
-	if _, dup := a.man[rel]; dup {
-		return errBadStream
+	if a.manCount > 0 && rel <= a.lastMan {
+		return fmt.Errorf("%w: manifest path %s not after %s (a duplicate, or out of order)", errBadStream, shortPath(rel), shortPath(a.lastMan))
 	}
-	a.man[rel] = e
-	return nil
+	a.manCount++
+	a.lastMan = rel
+	return a.checkEntry(rel, &e)
 }
 
-// dirMeta applies the manifest's directory modes and times, a directory's
-// children before it (names in reverse order), each through the directory
-// stack from its parent: consecutive names share most of their path, so
-// a deep tree costs linear time.
-func (a *applier) dirMeta() error {
-	var dirs []string
-	for rel, e := range a.man {
-		if e.kind == 'd' {
-			dirs = append(dirs, rel)
-		}
+// shortPath quotes rel for an error, cut to its first 200 bytes.
+func shortPath(rel string) string {
+	if len(rel) > 200 {
+		return fmt.Sprintf("%q...", rel[:200])
 	}
-	slices.Sort(dirs)
-	for _, rel := range slices.Backward(dirs) {
-		e := a.man[rel]
-		d, base, err := a.enterParent(rel)
+	return fmt.Sprintf("%q", rel)
+}
+
+// errNotReceived: the manifest names a path the stream did not write.
+var errNotReceived = errors.New("the manifest names a path the stream did not write")
+
+// checkEntry checks the path rel against its manifest entry e: kind,
+// mode, time, link target, and a file's size and hash (taken when it
+// arrived, in whichever pass). A directory gets its mode and time from
+// the entry: nothing in it changes after its first manifest entry (no
+// record but the manifest follows it; chmod and times of its children
+// leave its own time alone).
+func (a *applier) checkEntry(rel string, e *manEntry) error {
+	d, base, err := a.enterParent(rel)
+	var fi fs.FileInfo
+	if err == nil {
+		fi, err = d.Lstat(base)
+	}
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, sandbox.ErrNotDir) {
+		return fmt.Errorf("%w: %w: %s", ErrManifestMismatch, errNotReceived, shortPath(rel))
+	}
+	if err != nil {
+		if a.ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, shortPath(rel), err)
+	}
+	if kindOf(fi.Mode()) != e.kind {
+		return fmt.Errorf("%w: %s is not of kind %c", ErrManifestMismatch, shortPath(rel), e.kind)
+	}
+	ok := true
+	switch e.kind {
+	case 'd':
+		err = d.Chmod(base, e.mode)
 		if err == nil {
-			err = d.Chmod(base, e.mode)
+			t := time.Unix(0, e.mtime)
+			err = d.Lchtimes(base, t, t)
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, rel, err)
+			return fmt.Errorf("%w: %s: %v", ErrManifestMismatch, shortPath(rel), err)
 		}
-		t := time.Unix(0, e.mtime)
-		_ = d.Lchtimes(base, t, t)
+	case 'f':
+		key := keyOf(rel)
+		s, have := a.sums[key]
+		delete(a.sums, key)
+		ok = have && s.size == e.size && s.sum == e.sum && fi.Size() == e.size &&
+			fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
+	case 'l':
+		target, err := a.dst.Readlink(rel)
+		ok = err == nil && target == e.target && fi.ModTime().UnixNano() == e.mtime
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s (want %c %o %d %d, have %o %d %d)", ErrManifestMismatch, shortPath(rel),
+			e.kind, e.mode, e.mtime, e.size, fi.Mode().Perm(), fi.ModTime().UnixNano(), fi.Size())
 	}
 	return nil
 }
 
-// verify applies the directories' modes and times and checks the whole
-// tree against the manifest: every path, kind, mode, time, link target, and
-// every file's size and hash (the hash taken when the file arrived, in
-// whichever pass that was).
+// verify, at the end record, checks that the tree holds nothing but the
+// manifest's paths: each of them was found as it arrived, and they are
+// distinct (in strictly increasing order), so counting the tree's paths
+// is enough.
 func (a *applier) verify() error {
 	defer func(began time.Time) { a.checked = time.Since(began) }(time.Now())
-	if err := a.dirMeta(); err != nil {
-		return err
-	}
 	var seen atomic.Int64
 	err := a.dst.WalkParallel(a.ctx, ".", runtime.GOMAXPROCS(0), func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if rel == "." {
-			return nil
-		}
-		e := a.man[rel]
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if e == nil || kindOf(fi.Mode()) != e.kind {
-			return fmt.Errorf("%w: %s", ErrManifestMismatch, rel)
-		}
-		seen.Add(1)
-		ok := true
-		switch e.kind {
-		case 'd':
-			ok = fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
-		case 'f':
-			s, have := a.sums[rel]
-			ok = have && s.size == e.size && s.sum == e.sum && fi.Size() == e.size &&
-				fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
-		case 'l':
-			target, err := a.dst.Readlink(rel)
-			ok = err == nil && target == e.target && fi.ModTime().UnixNano() == e.mtime
-		}
-		if !ok {
-			s := a.sums[rel]
-			return fmt.Errorf("%w: %s (want %c %o %d %d, have %o %d %d, received %d)", ErrManifestMismatch, rel,
-				e.kind, e.mode, e.mtime, e.size, fi.Mode().Perm(), fi.ModTime().UnixNano(), fi.Size(), s.size)
+		if rel != "." {
+			seen.Add(1)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if n := int(seen.Load()); n != len(a.man) {
-		return fmt.Errorf("%w: %d paths missing", ErrManifestMismatch, len(a.man)-n)
+	if n := uint64(seen.Load()); n != a.manCount {
+		return fmt.Errorf("%w: the tree holds %d paths, the manifest names %d", ErrManifestMismatch, n, a.manCount)
 	}
 	return nil
 }

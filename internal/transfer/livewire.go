@@ -407,11 +407,16 @@ type chunkReader struct {
 	cur   []byte
 	zbuf  []byte
 	out   []byte
+	name  []byte // scratch of recReader.str
 	magic bool
 }
 
 func newChunkReader(r io.Reader) (*chunkReader, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxChunk))
+	// One chunk decodes to at most maxChunk bytes, whatever its frames
+	// claim: the decoder refuses a larger window or output (summed over
+	// the frames of a payload) before it allocates for it.
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxMemory(maxChunk), zstd.WithDecoderMaxWindow(maxChunk))
 	if err != nil {
 		return nil, err
 	}
@@ -601,11 +606,13 @@ func (r recReader) str() (string, error) {
 	if n == 0 || n > maxNameLen {
 		return "", errBadStream
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r.r, b); err != nil {
+	// Read into the reader's scratch buffer: the string is the one
+	// allocation of the record.
+	r.r.name = grow(r.r.name, int(n))
+	if _, err := io.ReadFull(r.r, r.r.name); err != nil {
 		return "", unexpectedEOF(err)
 	}
-	return string(b), nil
+	return string(r.r.name), nil
 }
 
 func (r recReader) sum() (contentHash, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -129,7 +130,7 @@ func (ar arena) applyVersion(tb testing.TB, body io.Reader, version int) (*appli
 	}
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
-		sums: map[string]fileSum{}, man: map[string]*manEntry{}, log: func(uint64, byte) {},
+		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {},
 		noInstallLog: version < 3}
 	return a, a.run()
 }
@@ -308,6 +309,8 @@ func TestLiveWireHostileStreamsFail(t *testing.T) {
 		{"chunk claims 4 MiB and ends", cat(header(codecNone, maxChunk, maxChunk), []byte(liveMagic)), ErrSourceGone},
 		{"zstd garbage", cat(header(codecZstd, 32, 16), bytes.Repeat([]byte{0x28}, 16)), errBadStream},
 		{"zstd bomb", zstdChunk(bytes.Repeat([]byte{0}, maxChunk+1), 16), errBadStream},
+		{"zstd frames decoding past the chunk", zstdFrames(64, 1<<20, maxChunk), errBadStream},
+		{"zstd frame with a 64 MiB window", zstdWindow(64<<20, maxChunk+1, maxChunk), errBadStream},
 		{"zstd shorter than claimed", zstdChunk([]byte(liveMagic+"P\x01\x01"), 64), errBadStream},
 		{"record varint that never ends", newWire().rec(recPass, bytes.Repeat([]byte{0xff}, 11)).stream(), errBadStream},
 		{"unknown record", newWire().pass(1, phaseOnline).rec('?').stream(), errBadStream},
@@ -324,8 +327,17 @@ func TestLiveWireHostileStreamsFail(t *testing.T) {
 			rec(recManifest, byte('d'), "d", uint64(0o755), int64(0), uint64(0)).
 			rec(recManifest, byte('d'), "d", uint64(0o755), int64(0), uint64(0)).stream(), errBadStream},
 		{"end in an online pass", newWire().pass(1, phaseOnline).rec(recEnd, uint64(0)).stream(), errBadStream},
-		{"end with the wrong count", newWire().pass(1, phaseFinal).file("f", "x").
-			rec(recManifest, byte('d'), "f", uint64(0o644), int64(0), uint64(1)).rec(recEnd, uint64(2)).stream(), errBadStream},
+		{"end with the wrong count", newWire().pass(1, phaseFinal).rec(recDir, "d", uint64(0o755), int64(0)).
+			rec(recManifest, byte('d'), "d", uint64(0o755), int64(0), uint64(0)).rec(recEnd, uint64(2)).stream(), errBadStream},
+		{"manifest out of order", newWire().pass(1, phaseFinal).rec(recDir, "d", uint64(0o755), int64(0)).rec(recDir, "c", uint64(0o755), int64(0)).
+			rec(recManifest, byte('d'), "d", uint64(0o755), int64(0), uint64(0)).
+			rec(recManifest, byte('d'), "c", uint64(0o755), int64(0), uint64(0)).stream(), errBadStream},
+		{"manifest of a path never written", newWire().pass(1, phaseFinal).
+			rec(recManifest, byte('f'), "never", uint64(0o644), int64(0), uint64(0), make([]byte, 16)).stream(), errNotReceived},
+		{"manifest below a path never written", newWire().pass(1, phaseFinal).file("f", "x").
+			rec(recManifest, byte('d'), "f/g", uint64(0o755), int64(0), uint64(0)).stream(), errNotReceived},
+		{"tree path the manifest leaves out", newWire().pass(1, phaseFinal).rec(recDir, "d", uint64(0o755), int64(0)).rec(recDir, "e", uint64(0o755), int64(0)).
+			rec(recManifest, byte('d'), "d", uint64(0o755), int64(0), uint64(0)).rec(recEnd, uint64(1)).stream(), ErrManifestMismatch},
 	}
 	// Records after the first manifest entry: only manifest entries and
 	// the end may follow it.
@@ -403,6 +415,28 @@ func zstdChunk(raw []byte, rawLen uint64) []byte {
 	defer enc.Close()
 	z := enc.EncodeAll(raw, nil)
 	return cat(header(codecZstd, rawLen, uint64(len(z))), z)
+}
+
+// zstdFrames is one chunk of n zstd frames of size zeros each (a few
+// bytes each), claiming rawLen bytes.
+func zstdFrames(n, size int, rawLen uint64) []byte {
+	enc, _ := zstd.NewWriter(nil)
+	defer enc.Close()
+	var z []byte
+	for range n {
+		z = enc.EncodeAll(make([]byte, size), z)
+	}
+	return cat(header(codecZstd, rawLen, uint64(len(z))), z)
+}
+
+// zstdWindow is one chunk of a streamed zstd frame (no content size) of
+// size zeros with the given window, claiming rawLen bytes.
+func zstdWindow(window, size int, rawLen uint64) []byte {
+	var z bytes.Buffer
+	enc, _ := zstd.NewWriter(&z, zstd.WithWindowSize(window))
+	_, _ = enc.Write(make([]byte, size))
+	_ = enc.Close()
+	return cat(header(codecZstd, rawLen, uint64(z.Len())), z.Bytes())
 }
 
 // Over HTTP, as the source sends it (chunked, the body's end after the end
@@ -608,5 +642,35 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 	got, _ := tree.Snapshot(ar.root)
 	if d := tree.Diff(want, got); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// The target's table of received files keeps nothing of what the stream
+// removed or the manifest checked (issue 33 item 1): files written into a
+// directory that a delete record then removes, and a file replaced by a
+// directory, leave no entry; after the end record the table is empty.
+func TestLiveTargetForgetsRemovedFiles(t *testing.T) {
+	w := newWire().pass(1, phaseOnline).rec(recDir, "a", uint64(0o755), int64(0))
+	for i := range 100 {
+		w.file(fmt.Sprintf("a/sub/f%03d", i), "x")
+	}
+	w.file("c", "y")
+	w.rec(recDelete, "a")
+	w.file("b", "z")
+	w.pass(2, phaseFinal).rec(recDir, "c", uint64(0o755), int64(7)) // replaces the file c
+	sum := func(s string) []byte {
+		h := newContentHash()
+		_, _ = h.Write([]byte(s))
+		b := h.Sum128().Bytes()
+		return b[:]
+	}
+	w.rec(recManifest, byte('f'), "b", uint64(0o644), int64(1e18), uint64(1), sum("z"))
+	w.rec(recManifest, byte('d'), "c", uint64(0o755), int64(7), uint64(0))
+	a, err := newArena(t).applyVersion(t, bytes.NewReader(w.rec(recEnd, uint64(2)).stream()), LiveVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.sums) != 0 || a.manCount != 2 {
+		t.Fatalf("%d entries left in the table of received files, %d manifest entries counted", len(a.sums), a.manCount)
 	}
 }

@@ -445,6 +445,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	}
 	extra := newExtras(cfg.System.BackupDirectory, svc.opts.Log)
 	extra.layout = cfg.System.Backups.Layout
+	extra.setBounds(cfg.System.Transfers.MaxBackups, cfg.System.Transfers.MaxBackupSize, s.Files().DiskLimit())
 	defer extra.discard()
 	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {
 		return err
