@@ -95,10 +95,11 @@ func TestRepositoryDedupOracleAttack(t *testing.T) {
 
 // TestRepositoryDeletedBackupsGiveSpaceBack (issue 33 item 9): ten
 // backups of a 128 MiB tree of incompressible files, 2 % of it rewritten
-// between each, then the first nine deleted: within 60 s at least half
-// of what only the deleted backups held is gone from the disk (today
-// 0.7 of 15.9 MiB: a pack is repacked only when less than half of it is
-// live). The control is the freeable data itself, measured before.
+// between each (spread over the tree), then the first nine deleted: within
+// 60 s at least half of what only the deleted backups held is gone from
+// the disk (on main at 620f633 none of it: a pack was repacked only when
+// less than half of it was live). The control is the freeable data
+// itself, measured before.
 func TestRepositoryDeletedBackupsGiveSpaceBack(t *testing.T) {
 	n := repositoryNode(t, nodeOptions{fake: true})
 	dir := n.serverDir(backupServer)
@@ -113,7 +114,10 @@ func TestRepositoryDeletedBackupsGiveSpaceBack(t *testing.T) {
 	for b := range 10 {
 		if b > 0 {
 			for j := range 5 {
-				writeFiles(t, dir, map[string]string{fmt.Sprintf("world/r.%03d.mca", (b*5+j)%files): randomBytes(size)})
+				// Spread over the tree (a pack holds ~32 files in a row),
+				// none rewritten twice: no pack of the first backup ends
+				// up less than half live, as the game's changes do.
+				writeFiles(t, dir, map[string]string{fmt.Sprintf("world/r.%03d.mca", (j*51+b*7)%files): randomBytes(size)})
 			}
 		}
 		id := newBackupID()
