@@ -145,8 +145,8 @@ func TestRepositoryDeletedBackupsGiveSpaceBack(t *testing.T) {
 		after = repoUsage(t, n.repoDir())
 		return before-after >= freeable/2
 	})
-	t.Logf("packs: %.1f MiB after the first backup, %.1f MiB after ten, %.1f MiB after nine deleted (%.1f of %.1f MiB freeable freed)",
-		inMiB(first), inMiB(before), inMiB(after), inMiB(before-after), inMiB(freeable))
+	t.Logf("packs: %.1f MiB after the first backup, %.1f MiB after ten, %.1f MiB %s after the nine deletions began (%.1f of %.1f MiB freeable freed)",
+		inMiB(first), inMiB(before), inMiB(after), time.Since(start).Round(100*time.Millisecond), inMiB(before-after), inMiB(freeable))
 	if !ok {
 		t.Fatalf("within 60 s of the deletions %d of %d freeable bytes were freed; want half\n%s", before-after, freeable, n.log)
 	}
