@@ -1,7 +1,6 @@
 package chunkstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"slices"
@@ -42,23 +41,37 @@ func (s *Store) currentPolicy() Policy {
 }
 
 // ownChunks is, for a writer whose deduplication is per server, the
-// chunks it may skip besides its own: its server's latest backup's,
-// sorted. It is made at the first chunk the writer hashes, whatever that
-// chunk is, so that even its cost tells nothing of other servers.
+// chunks it may skip besides its own: its server's latest backup's. It
+// is made at the first chunk the writer hashes, whatever that chunk is,
+// so that even its cost tells nothing of other servers. It is a small
+// hash table: the ids bucketed by their first bits (one counting pass,
+// ~0.2 ms for 37,000 ids, where sorting them took ~6 ms of CPU).
 type ownChunks struct {
-	once   sync.Once
-	all    bool     // node-wide deduplication: every indexed chunk
-	sorted []blobID // else these (the server's latest backup's)
+	once  sync.Once
+	all   bool     // node-wide deduplication: every indexed chunk
+	ids   []blobID // else these (the server's latest backup's)
+	shift uint     // a bucket is the id's first 64 bits >> shift
+	start []int32  // bucket b's ids are order[start[b]:start[b+1]]
+	order []int32
 }
 
 // mayReuse reports whether w may skip h when the repository has it.
 func (w *Writer) mayReuse(h blobID) bool {
 	w.own.once.Do(w.loadOwn)
-	if w.own.all {
-		return true
+	return w.own.all || w.own.has(h)
+}
+
+func (o *ownChunks) has(h blobID) bool {
+	if len(o.ids) == 0 {
+		return false
 	}
-	_, ok := slices.BinarySearchFunc(w.own.sorted, h, compareIDs)
-	return ok
+	b := binary.BigEndian.Uint64(h[:8]) >> o.shift
+	for _, j := range o.order[o.start[b]:o.start[b+1]] {
+		if o.ids[j] == h {
+			return true
+		}
+	}
+	return false
 }
 
 // loadOwn makes w.own: the lists LatestIndex pinned when it ran, else the
@@ -77,21 +90,30 @@ func (w *Writer) loadOwn() {
 	if ids == nil {
 		ids = s.latestIDs(w.m.Server)
 	}
-	slices.SortFunc(ids, compareIDs)
-	w.own.sorted = slices.Compact(ids)
+	w.own.build(ids)
 }
 
-// compareIDs orders blob ids, their first 8 bytes compared as a number
-// (a sort of 70,000 ids with bytes.Compare alone took twice as long).
-func compareIDs(a, b blobID) int {
-	x, y := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
+// build buckets ids (which it keeps): about one id a bucket.
+func (o *ownChunks) build(ids []blobID) {
+	bits := uint(8)
+	for bits < 24 && 1<<bits < len(ids) {
+		bits++
 	}
-	return bytes.Compare(a[8:], b[8:])
+	o.ids, o.shift = ids, 64-bits
+	o.start = make([]int32, 1<<bits+1)
+	for _, h := range ids {
+		o.start[binary.BigEndian.Uint64(h[:8])>>o.shift+1]++
+	}
+	for b := 1; b < len(o.start); b++ {
+		o.start[b] += o.start[b-1]
+	}
+	next := slices.Clone(o.start[:len(o.start)-1])
+	o.order = make([]int32, len(ids))
+	for j, h := range ids {
+		b := binary.BigEndian.Uint64(h[:8]) >> o.shift
+		o.order[next[b]] = int32(j)
+		next[b]++
+	}
 }
 
 // latestIDs is the chunks of the newest manifest of server (a copy), nil
