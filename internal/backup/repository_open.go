@@ -28,7 +28,7 @@ func repositoryKey(cfg *config.Config) string {
 }
 
 // openRepository opens the repository of cfg over the backend
-// RepositoryBackend chooses and claims it for this node (claimRepository);
+// RepositoryBackend chooses and claims it for this node (claimError);
 // errors name the configuration key at fault.
 func openRepository(cfg *config.Config) (*chunkstore.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), repositoryOpenTimeout)
@@ -42,23 +42,26 @@ func openRepository(cfg *config.Config) (*chunkstore.Store, error) {
 		if b, err = RepositoryBackend(ctx, cfg, nil); err != nil {
 			return nil, err
 		}
-		st, err = chunkstore.OpenBackend(ctx, b)
+		// Claimed before the index is read: a refused node reads nothing.
+		if err := claimError(cfg, chunkstore.ClaimBackend(ctx, b, cfg.UUID)); err != nil {
+			return nil, err
+		}
+		return chunkstore.OpenBackend(ctx, b)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := claimRepository(ctx, cfg, st); err != nil {
+	if err := claimError(cfg, st.Claim(ctx, cfg.UUID)); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
-// claimRepository makes the repository this node's (chunkstore.Claim):
-// one another node uses is refused with an error naming the setting,
-// since two nodes' garbage collections destroy each other's backups
-// (issue 33 item 10).
-func claimRepository(ctx context.Context, cfg *config.Config, st *chunkstore.Store) error {
-	err := st.Claim(ctx, cfg.UUID)
+// claimError is the error of a claim of the repository for this node
+// (chunkstore.Claim): one another node uses is refused with an error
+// naming the setting, since two nodes' garbage collections destroy each
+// other's backups (issue 33 item 10).
+func claimError(cfg *config.Config, err error) error {
 	var shared *chunkstore.SharedError
 	if !errors.As(err, &shared) {
 		return err

@@ -73,9 +73,15 @@ func (s *Store) Claim(ctx context.Context, node string) error {
 	if s.readOnly {
 		return nil
 	}
+	return ClaimBackend(ctx, s.b, node)
+}
+
+// ClaimBackend is Claim on the repository in b before it is opened (so
+// that a refused node does not read the index first).
+func ClaimBackend(ctx context.Context, b Backend, node string) error {
 	mine := NodeObject(node)
 	others := func() ([]string, bool, error) {
-		all, err := Claims(ctx, s.b)
+		all, err := Claims(ctx, b)
 		var out []string
 		have := false
 		for _, n := range all {
@@ -98,14 +104,14 @@ func (s *Store) Claim(ctx context.Context, node string) error {
 		return nil
 	}
 	host, _ := os.Hostname()
-	b, _ := json.Marshal(nodeClaim{Node: node, Hostname: host, Claimed: time.Now().UTC()})
-	if err := s.b.Put(ctx, mine, b); err != nil {
+	claim, _ := json.Marshal(nodeClaim{Node: node, Hostname: host, Claimed: time.Now().UTC()})
+	if err := b.Put(ctx, mine, claim); err != nil {
 		return fmt.Errorf("claiming the repository for this node: %w", err)
 	}
 	o, _, err = others()
 	if err != nil || len(o) > 0 {
 		// Withdrawn, so that the other node is not refused for it.
-		_ = s.b.Delete(ctx, mine)
+		_ = b.Delete(ctx, mine)
 		if err != nil {
 			return fmt.Errorf("reading the repository's node claims: %w", err)
 		}
