@@ -26,15 +26,16 @@ func (s *Service) repository(cfg *config.Config) (*chunkstore.Store, error) {
 	key := repositoryKey(cfg)
 	s.repoMu.Lock()
 	defer s.repoMu.Unlock()
-	if s.repo != nil && s.repoKey == key {
-		return s.repo, nil
+	if s.repo == nil || s.repoKey != key {
+		st, err := openRepository(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("opening the backup repository: %w", err)
+		}
+		s.repo, s.repoKey = st, key
 	}
-	st, err := openRepository(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("opening the backup repository: %w", err)
-	}
-	s.repo, s.repoKey = st, key
-	return st, nil
+	r := cfg.System.Backups.Repository
+	s.repo.SetPolicy(chunkstore.Policy{NodeWideDedup: r.NodeWideDedup(), MaxUnusedPercent: r.MaxUnusedPercent})
+	return s.repo, nil
 }
 
 // existingRepository is the repository when it exists on disk (backups

@@ -2,7 +2,10 @@ package backup
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/wharf/wharf/internal/chunkstore"
@@ -25,18 +28,80 @@ func repositoryKey(cfg *config.Config) string {
 }
 
 // openRepository opens the repository of cfg over the backend
-// RepositoryBackend chooses; errors name the configuration key at fault.
+// RepositoryBackend chooses and claims it for this node (claimError);
+// errors name the configuration key at fault.
 func openRepository(cfg *config.Config) (*chunkstore.Store, error) {
-	if !cfg.System.Backups.Repository.S3.Enabled() {
-		return chunkstore.Open(cfg.BackupRepositoryPath())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), repositoryOpenTimeout)
 	defer cancel()
+	var st *chunkstore.Store
+	var err error
+	if !cfg.System.Backups.Repository.S3.Enabled() {
+		st, err = chunkstore.Open(cfg.BackupRepositoryPath())
+	} else {
+		var b chunkstore.Backend
+		if b, err = RepositoryBackend(ctx, cfg, nil); err != nil {
+			return nil, err
+		}
+		// Claimed before the index is read: a refused node reads nothing.
+		if err := claimError(cfg, chunkstore.ClaimBackend(ctx, b, cfg.UUID)); err != nil {
+			return nil, err
+		}
+		return chunkstore.OpenBackend(ctx, b)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := claimError(cfg, st.Claim(ctx, cfg.UUID)); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// claimError is the error of a claim of the repository for this node
+// (chunkstore.Claim): one another node uses is refused with an error
+// naming the setting, since two nodes' garbage collections destroy each
+// other's backups (issue 33 item 10).
+func claimError(cfg *config.Config, err error) error {
+	var shared *chunkstore.SharedError
+	if !errors.As(err, &shared) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", repositorySetting(cfg), &SharedRepositoryError{Shared: shared})
+}
+
+// repositorySetting names the setting that chose the repository, with
+// its value.
+func repositorySetting(cfg *config.Config) string {
+	if s3 := cfg.System.Backups.Repository.S3; s3.Enabled() {
+		return fmt.Sprintf("system.backups.repository.s3 (bucket %q, prefix %q)", s3.Bucket, s3.Prefix)
+	}
+	return fmt.Sprintf("system.backups.repository.path (%s)", cfg.BackupRepositoryPath())
+}
+
+// SharedRepositoryError is a repository another node claimed.
+type SharedRepositoryError struct{ Shared *chunkstore.SharedError }
+
+func (e *SharedRepositoryError) Error() string {
+	return fmt.Sprintf("another node (%s) uses this backup repository, and two nodes on one repository destroy each other's backups: "+
+		"give each node its own bucket or prefix (or directory); this node backs up into it only when the other's object is gone "+
+		"(delete it only if that node no longer uses the repository)", strings.Join(e.Shared.Others, ", "))
+}
+
+func (e *SharedRepositoryError) Unwrap() error { return e.Shared }
+
+// RepositoryClaims lists the node claims of the repository cfg points at
+// (wharf diagnostics): object names, nodes/<node uuid>.
+func RepositoryClaims(cfg *config.Config) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), repositoryOpenTimeout)
+	defer cancel()
+	if !cfg.System.Backups.Repository.S3.Enabled() {
+		return chunkstore.Claims(ctx, chunkstore.ExistingLocalBackend(cfg.BackupRepositoryPath()))
+	}
 	b, err := RepositoryBackend(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	return chunkstore.OpenBackend(ctx, b)
+	return chunkstore.Claims(ctx, b)
 }
 
 // OpenRepositoryReadOnly opens the repository cfg points at (its bucket or

@@ -1,15 +1,19 @@
 package chunkstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 )
 
 // GC removes the blobs no manifest names: packs with no live blob are
-// deleted, packs mostly dead are repacked (their live blobs copied to new
-// packs). It is safe against backups being written at the same time in
+// deleted, and the packs with the most unused bytes are repacked (their
+// live blobs copied to new packs) until the unused bytes left are within
+// Policy.MaxUnusedPercent. It is safe against backups being written at the same time in
 // this process: a blob a backup uses is pinned under the lock that the GC
 // decides under, blobs found dead are taken out of the index at that
 // moment (a backup then stores them again), and the blobs of a backup
@@ -119,7 +123,10 @@ type gcPlan struct {
 }
 
 // decide sorts the indexed packs, under the lock, and takes the dead
-// blobs of the packs it will delete out of the index.
+// blobs of the packs it will delete out of the index: a pack with no live
+// blob is deleted; of the others, those with the most unused bytes are
+// repacked until the unused bytes left are within the policy's budget
+// (unusedBudget).
 func (s *Store) decide(used map[blobID]struct{}) gcPlan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,31 +141,38 @@ func (s *Store) decide(used map[blobID]struct{}) gcPlan {
 		_, l := listed[e.Hash]
 		return u || k || l || s.pins[e.Hash] > 0
 	}
+	var uses []packUse
+	var liveAll, unusedAll int64
 	for id, es := range s.packs {
-		var liveBytes, total int64
-		var lives []packEntry
+		u := packUse{id: id}
 		for _, e := range es {
-			total += int64(e.Len)
+			u.total += int64(e.Len)
 			if live(id, e) {
-				liveBytes += int64(e.Len)
-				lives = append(lives, e)
+				u.live += int64(e.Len)
+				u.lives = append(u.lives, e)
 			}
 		}
-		switch {
-		case liveBytes == 0:
+		if u.live == 0 {
 			plan.dead = append(plan.dead, id)
-		case liveBytes < total/2:
-			plan.repack[id] = lives
-		default:
-			plan.kept = append(plan.kept, id)
 			continue
 		}
-		for _, e := range es {
-			if s.idx[e.Hash].pack == id && !live(id, e) {
-				delete(s.idx, e.Hash)
-				plan.removed++
-			}
+		liveAll += u.live
+		unusedAll += u.total - u.live
+		uses = append(uses, u)
+	}
+	toRepack := pickRepacks(uses, unusedAll, unusedBudget(liveAll, s.policy.MaxUnusedPercent))
+	for _, u := range uses {
+		if toRepack[u.id] {
+			plan.repack[u.id] = u.lives
+		} else {
+			plan.kept = append(plan.kept, u.id)
 		}
+	}
+	for _, id := range plan.dead {
+		s.dropDeadLocked(id, live, &plan)
+	}
+	for id := range plan.repack {
+		s.dropDeadLocked(id, live, &plan)
 	}
 	plan.adopted += len(s.rescued)
 	plan.indexes = make([]string, 0, len(s.indexes))
@@ -166,6 +180,50 @@ func (s *Store) decide(used map[blobID]struct{}) gcPlan {
 		plan.indexes = append(plan.indexes, n)
 	}
 	return plan
+}
+
+// packUse is a pack's bytes: all its blobs', its live blobs' (and those).
+type packUse struct {
+	id          string
+	live, total int64
+	lives       []packEntry
+}
+
+// unusedBudget is the unused bytes allowed beside live bytes in use: pct
+// % of what the packs would hold (restic's --max-unused: unused ≤ pct/(100-pct) × used).
+func unusedBudget(live int64, pct int) int64 {
+	if pct <= 0 {
+		return 0
+	}
+	return live * int64(pct) / int64(100-pct)
+}
+
+// pickRepacks chooses the packs to repack: the most unused bytes first,
+// until the unused bytes left (of unused in all) are within budget.
+func pickRepacks(uses []packUse, unused, budget int64) map[string]bool {
+	slices.SortFunc(uses, func(a, b packUse) int {
+		return cmp.Or(cmp.Compare(b.total-b.live, a.total-a.live), strings.Compare(a.id, b.id))
+	})
+	out := map[string]bool{}
+	for _, u := range uses {
+		if unused <= budget || u.total == u.live {
+			break
+		}
+		out[u.id] = true
+		unused -= u.total - u.live
+	}
+	return out
+}
+
+// dropDeadLocked takes the blobs of pack id that are not live out of the
+// index (the pack is deleted or repacked).
+func (s *Store) dropDeadLocked(id string, live func(string, packEntry) bool, plan *gcPlan) {
+	for _, e := range s.packs[id] {
+		if s.idx[e.Hash].pack == id && !live(id, e) {
+			delete(s.idx, e.Hash)
+			plan.removed++
+		}
+	}
 }
 
 type repacked struct {

@@ -85,6 +85,7 @@ type Store struct {
 	bufs     bufPool                // chunk and blob buffers of the backups
 	batches  sync.Pool              // *[]byte: the writers' batch buffers (batchBuf)
 	latest   latestCache            // the manifests committed last, per server
+	policy   Policy                 // guarded by mu (SetPolicy)
 
 	afterMark func() // tests: runs between GC's reading of the manifests and its decision
 }
@@ -156,7 +157,7 @@ func newStore(b Backend) *Store {
 	s := &Store{
 		b: b, idx: map[blobID]blobLoc{}, packs: map[string][]packEntry{}, indexes: map[string]struct{}{},
 		inflight: map[string]struct{}{}, rescued: map[string]struct{}{}, pins: map[blobID]int{},
-		listPins: map[int][]blobID{},
+		listPins: map[int][]blobID{}, policy: DefaultPolicy(),
 	}
 	s.unpinned = sync.NewCond(&s.mu)
 	return s

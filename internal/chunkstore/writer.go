@@ -55,6 +55,7 @@ type Writer struct {
 	// of Store.listPins) rather than one by one: a second backup reuses
 	// tens of thousands of them.
 	listPins []int
+	own      ownChunks // what it may skip (policy.go)
 
 	// The caller's side: the batch being gathered, where its last part
 	// ends, whether part of the open segment went to the chunker
@@ -169,6 +170,7 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		// The part lists of the batches in flight and the one filling.
 		freeParts: make(chan []segPart, 4),
 	}
+	w.own.all = s.currentPolicy().NodeWideDedup
 	for range n {
 		w.workers.Go(w.work)
 	}
@@ -194,8 +196,9 @@ func (w *Writer) work() {
 // compresses it.
 func (w *Writer) hashAndEncode(p *pending) {
 	p.h = sha256.Sum256(p.data)
-	// An indexed blob is pinned and not compressed again.
-	p.known = w.s.pinIfIndexed(p.h, w.pinned)
+	// An indexed blob the writer may reuse is pinned and not compressed
+	// again.
+	p.known = w.mayReuse(p.h) && w.s.pinIfIndexed(p.h, w.pinned)
 	if p.known {
 		w.s.bufs.put(p.data)
 		p.data = nil

@@ -24,7 +24,27 @@ type BackupRepository struct {
 	// S3, when its bucket is set, puts the repository in an S3 bucket
 	// instead of Path (docs/backup-repository.md).
 	S3 BackupRepositoryS3 `yaml:"s3" json:"s3"`
+	// DedupScope is what a backup deduplicates against: "server" (the
+	// default: the server's own backups only, so that no server learns
+	// whether another holds a file) or "node" (every backup of the node:
+	// less space, but the backup's speed tells a server owner whether a
+	// file is on another server; docs/security.md).
+	DedupScope string `yaml:"dedup_scope" json:"dedup_scope"`
+	// MaxUnusedPercent is the share of the repository's pack bytes that
+	// deleted backups may leave unused before the garbage collection
+	// repacks the packs with the most unused bytes (restic's
+	// --max-unused); 0 repacks every pack with an unused byte. Default 5.
+	MaxUnusedPercent int `yaml:"max_unused_percent" json:"max_unused_percent"`
 }
+
+// The values of system.backups.repository.dedup_scope.
+const (
+	DedupScopeServer = "server"
+	DedupScopeNode   = "node"
+)
+
+// NodeWideDedup reports whether dedup_scope is node.
+func (r BackupRepository) NodeWideDedup() bool { return r.DedupScope == DedupScopeNode }
 
 // BackupRepositoryS3 is a repository in a bucket of an S3-compatible
 // object store.
@@ -88,6 +108,14 @@ func (c *Config) validateBackupFormat(bad func(key, why string)) {
 		bad("system.backups.repository.path", "must be an absolute path")
 	}
 	validateRepositoryS3(c.System.Backups.Repository.S3, bad)
+	switch c.System.Backups.Repository.DedupScope {
+	case "", DedupScopeServer, DedupScopeNode:
+	default:
+		bad("system.backups.repository.dedup_scope", "must be one of server, node")
+	}
+	if p := c.System.Backups.Repository.MaxUnusedPercent; p < 0 || p > 50 {
+		bad("system.backups.repository.max_unused_percent", "must be from 0 to 50")
+	}
 }
 
 // validateRepositoryS3 checks system.backups.repository.s3: nothing when

@@ -150,3 +150,44 @@ func TestRepositoryS3FromYAML(t *testing.T) {
 		t.Fatalf("UnknownKeys = %v", keys)
 	}
 }
+
+// Issue 33 items 8 and 9: deduplication is per server and 5 % of the
+// repository may stay unused unless the operator says otherwise; bad
+// values name their key; the panel cannot change them.
+func TestRepositoryDedupScopeAndMaxUnused(t *testing.T) {
+	d := Defaults().System.Backups.Repository
+	if d.DedupScope != DedupScopeServer || d.NodeWideDedup() || d.MaxUnusedPercent != 5 {
+		t.Fatalf("defaults: dedup_scope %q, max_unused_percent %d; want server, 5", d.DedupScope, d.MaxUnusedPercent)
+	}
+	c, err := Parse([]byte("system:\n  backups:\n    repository:\n      dedup_scope: node\n      max_unused_percent: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.System.Backups.Repository; !r.NodeWideDedup() || r.MaxUnusedPercent != 0 {
+		t.Fatalf("parsed: %+v", r)
+	}
+	for _, tt := range []struct {
+		mutate func(r *BackupRepository)
+		key    string
+	}{
+		{func(r *BackupRepository) { r.DedupScope = "cluster" }, "system.backups.repository.dedup_scope: must be one of server, node"},
+		{func(r *BackupRepository) { r.MaxUnusedPercent = -1 }, "system.backups.repository.max_unused_percent: must be from 0 to 50"},
+		{func(r *BackupRepository) { r.MaxUnusedPercent = 51 }, "system.backups.repository.max_unused_percent: must be from 0 to 50"},
+	} {
+		c := validConfig()
+		tt.mutate(&c.System.Backups.Repository)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.key) {
+			t.Fatalf("Validate() = %v; want %q", err, tt.key)
+		}
+	}
+	cur := validConfig()
+	cur.System.Backups.Repository.DedupScope, cur.System.Backups.Repository.MaxUnusedPercent = DedupScopeNode, 20
+	next, kept, err := MergePanelUpdate(cur, strings.NewReader(`{"system":{"backups":{"repository":{"dedup_scope":"server","max_unused_percent":1}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := next.System.Backups.Repository; r.DedupScope != DedupScopeNode || r.MaxUnusedPercent != 20 ||
+		!slices.Contains(kept, "system.backups.repository.dedup_scope") || !slices.Contains(kept, "system.backups.repository.max_unused_percent") {
+		t.Fatalf("after a panel update: %+v, kept %v", r, kept)
+	}
+}

@@ -36,11 +36,14 @@ func Defaults() *Config {
 			},
 			CrashDetection:     CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			CrashActivityLines: 2,
-			Backups:            Backups{CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2},
-			Transfers:          Transfers{Live: true, Compression: "auto", MaxBackups: 32},
-			Decompress:         Decompress{MemoryLimit: 1024, CPULimit: 1800, Timeout: 3600},
-			User:               SystemUser{Passwd: Passwd{Enable: true}},
-			MachineID:          MachineID{Enable: true},
+			Backups: Backups{
+				CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2,
+				Repository: BackupRepository{DedupScope: DedupScopeServer, MaxUnusedPercent: 5},
+			},
+			Transfers:  Transfers{Live: true, Compression: "auto", MaxBackups: 32},
+			Decompress: Decompress{MemoryLimit: 1024, CPULimit: 1800, Timeout: 3600},
+			User:       SystemUser{Passwd: Passwd{Enable: true}},
+			MachineID:  MachineID{Enable: true},
 		},
 		Docker: Docker{
 			Network: DockerNetwork{

@@ -216,6 +216,12 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	str("system.backups.layout", &ns.Backups.Layout, cs.Backups.Layout)
 	str("system.backups.format", &ns.Backups.Format, cs.Backups.Format)
 	str("system.backups.repository.path", &ns.Backups.Repository.Path, cs.Backups.Repository.Path)
+	// What the repository shares and keeps: the node's business (issue 33).
+	str("system.backups.repository.dedup_scope", &ns.Backups.Repository.DedupScope, cs.Backups.Repository.DedupScope)
+	if ns.Backups.Repository.MaxUnusedPercent != cs.Backups.Repository.MaxUnusedPercent {
+		kept = append(kept, "system.backups.repository.max_unused_percent")
+	}
+	ns.Backups.Repository.MaxUnusedPercent = cs.Backups.Repository.MaxUnusedPercent
 	// The bucket and its credentials: the panels never send them.
 	if ns.Backups.Repository.S3 != cs.Backups.Repository.S3 {
 		kept = append(kept, "system.backups.repository.s3")

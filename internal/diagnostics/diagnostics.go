@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/runtime/docker"
 )
@@ -271,9 +273,46 @@ func backupFormat(b *strings.Builder, c *config.Config) {
 				endpoint = "AWS S3, " + s3.EffectiveRegion()
 			}
 			fmt.Fprintf(b, "repository: s3://%s/%s (%s)\n", s3.Bucket, s3.Prefix, endpoint)
+		} else {
+			fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
+		}
+		repositoryClaims(b, c)
+	}
+}
+
+// repositoryClaims says which nodes claimed the repository, and whether
+// this node may back up into it (issue 33 item 10).
+func repositoryClaims(b *strings.Builder, c *config.Config) {
+	if !c.System.Backups.Repository.S3.Enabled() {
+		if _, err := os.Stat(c.BackupRepositoryPath()); err != nil {
+			b.WriteString("repository nodes: none yet (no repository)\n")
 			return
 		}
-		fmt.Fprintf(b, "repository: %s\n", c.BackupRepositoryPath())
+	}
+	claims, err := backup.RepositoryClaims(c)
+	if err != nil {
+		fmt.Fprintf(b, "repository nodes: cannot list them: %v\n", err)
+		return
+	}
+	mine := chunkstore.NodeObject(c.UUID)
+	var others []string
+	for _, n := range claims {
+		if n != mine {
+			others = append(others, n)
+		}
+	}
+	switch {
+	case len(others) > 0:
+		setting := "system.backups.repository.path"
+		if c.System.Backups.Repository.S3.Enabled() {
+			setting = "system.backups.repository.s3"
+		}
+		fmt.Fprintf(b, "repository nodes: ANOTHER NODE uses this repository (%s): this node refuses to back up into it; "+
+			"give each node its own %s (docs/backup-repository.md)\n", strings.Join(others, ", "), setting)
+	case len(claims) == 0:
+		b.WriteString("repository nodes: none yet (this node claims it at its first backup)\n")
+	default:
+		fmt.Fprintf(b, "repository nodes: this node only (%s)\n", mine)
 	}
 }
 

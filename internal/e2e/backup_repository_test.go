@@ -42,7 +42,7 @@ func repositoryNode(t *testing.T, opts ...nodeOptions) *node {
 func (n *node) repoDir() string { return filepath.Join(n.Config.System.BackupDirectory, ".repository") }
 
 // repoUsage is the bytes of the repository's packs.
-func repoUsage(t *testing.T, dir string) int64 {
+func repoUsage(t testing.TB, dir string) int64 {
 	t.Helper()
 	var total int64
 	filepath.WalkDir(filepath.Join(dir, "packs"), func(_ string, d fs.DirEntry, err error) error {
