@@ -70,6 +70,9 @@ type node struct {
 	log     *syncBuffer
 	exited  chan struct{}
 	exitErr error
+	// wrap, when set, runs the daemon under a command (its arguments
+	// before the binary's), e.g. setpriv to drop a capability.
+	wrap []string
 }
 
 type syncBuffer struct {
@@ -188,7 +191,8 @@ func (n *node) boot() bool {
 	n.t.Helper()
 	n.exited = make(chan struct{})
 	n.exitErr = nil
-	n.cmd = exec.Command(wharfBinary, "--config", n.CfgPath)
+	args := append(append([]string(nil), n.wrap...), wharfBinary, "--config", n.CfgPath)
+	n.cmd = exec.Command(args[0], args[1:]...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
