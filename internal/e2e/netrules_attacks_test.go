@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -328,5 +329,238 @@ func TestNeighboursAreIsolated(t *testing.T) {
 	// The host stays reachable on the gateway (the input path).
 	if !strings.HasPrefix(got[gate], "OK host gateway") || gateCount() != 2 {
 		t.Errorf("A cannot reach the host on the gateway %s: %s (%d connections)", gate, got[gate], gateCount())
+	}
+}
+
+// metadataHost is a network namespace on the host that plays the cloud's
+// metadata service (169.254.169.254:80), an address in a CIDR the operator
+// lists, and an internet-like address, reached only from the test's own
+// bridge (and from the host with one source address, for the control)
+// through policy routing: the host's main table is never touched.
+type metadataHost struct {
+	ns                          string
+	hostAddr                    netip.Addr // the host end of the veth
+	Metadata, Operator, Outside string     // ADDR:80
+	OperatorCIDR                string
+
+	mu       sync.Mutex
+	accepted map[string]int // by local address
+}
+
+// ipRun runs ip with args; a failure ends the test.
+func ipRun(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// operatorCIDRFor is the operator's blocked CIDR of a test tag: in the
+// benchmarking range 198.18.0.0/15, the lower half of one /24.
+func operatorCIDRFor(tag string) (cidr string, third int) {
+	b, _ := hex.DecodeString(tag)
+	return fmt.Sprintf("198.18.%d.0/25", b[2]), int(b[2])
+}
+
+func newMetadataHost(t *testing.T, bridge, tag string, third int) *metadataHost {
+	t.Helper()
+	b, _ := hex.DecodeString(tag)
+	table := fmt.Sprint(20000 + int(b[0])<<6 + int(b[1])%64)
+	m := &metadataHost{
+		ns:           "wmd-" + tag,
+		hostAddr:     netip.AddrFrom4([4]byte{100, 127, b[3], 1}),
+		Metadata:     "169.254.169.254:80",
+		Operator:     fmt.Sprintf("198.18.%d.10:80", third),
+		Outside:      fmt.Sprintf("198.18.%d.200:80", third),
+		OperatorCIDR: fmt.Sprintf("198.18.%d.0/24", third),
+		accepted:     map[string]int{},
+	}
+	hostIf, nsIf := "wmh"+tag, "wmn"+tag
+	nsAddr := netip.AddrFrom4([4]byte{100, 127, b[3], 2})
+	rules := [][]string{
+		{"iif", bridge, "to", "169.254.169.254/32", "lookup", table},
+		{"iif", bridge, "to", m.OperatorCIDR, "lookup", table},
+		{"from", m.hostAddr.String(), "to", "169.254.169.254/32", "lookup", table},
+		{"from", m.hostAddr.String(), "to", m.OperatorCIDR, "lookup", table},
+	}
+	t.Cleanup(func() {
+		for _, r := range rules {
+			_ = exec.Command("ip", append([]string{"rule", "del"}, r...)...).Run()
+		}
+		_ = exec.Command("ip", "route", "flush", "table", table).Run()
+		_ = exec.Command("ip", "link", "del", hostIf).Run()
+		_ = exec.Command("ip", "netns", "del", m.ns).Run()
+	})
+	ipRun(t, "netns", "add", m.ns)
+	ipRun(t, "link", "add", hostIf, "type", "veth", "peer", "name", nsIf, "netns", m.ns)
+	ipRun(t, "addr", "add", m.hostAddr.String()+"/30", "dev", hostIf)
+	ipRun(t, "link", "set", hostIf, "up")
+	for _, a := range []string{nsAddr.String() + "/30", "169.254.169.254/32", strings.TrimSuffix(m.Operator, ":80") + "/32", strings.TrimSuffix(m.Outside, ":80") + "/32"} {
+		ipRun(t, "-n", m.ns, "addr", "add", a, "dev", nsIf)
+	}
+	ipRun(t, "-n", m.ns, "link", "set", "lo", "up")
+	ipRun(t, "-n", m.ns, "link", "set", nsIf, "up")
+	ipRun(t, "-n", m.ns, "route", "add", "default", "via", m.hostAddr.String())
+	for _, dst := range []string{"169.254.169.254/32", m.OperatorCIDR} {
+		ipRun(t, "route", "add", dst, "via", nsAddr.String(), "dev", hostIf, "table", table)
+	}
+	for _, r := range rules {
+		ipRun(t, append([]string{"rule", "add"}, r...)...)
+	}
+	m.serve(t)
+	return m
+}
+
+// serve runs netprobe listen in the namespace and counts what it accepts.
+func (m *metadataHost) serve(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", m.ns, netprobe(t), "listen", "metadata", m.Metadata, m.Operator, m.Outside)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan struct{}, 3)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); wg.Wait() })
+	wg.Go(func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) >= 2 && f[0] == "LISTEN":
+				listening <- struct{}{}
+			case len(f) >= 4 && f[0] == "ACCEPT":
+				m.mu.Lock()
+				m.accepted[f[2]]++
+				m.mu.Unlock()
+			}
+		}
+	})
+	for range 3 {
+		select {
+		case <-listening:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the metadata namespace does not listen")
+		}
+	}
+}
+
+func (m *metadataHost) count(addr string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.accepted[addr]
+}
+
+// dialFromHost connects from the host end of the veth (the control).
+func (m *metadataHost) dialFromHost(t *testing.T, addr string) string {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: m.hostAddr.AsSlice()}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return "ERR " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return "OK " + strings.TrimSpace(line)
+}
+
+// TestPrivateDestinationsAreBlocked: a server's process asks the cloud's
+// metadata service for the node's credentials, and an address on a
+// network the operator listed in docker.network.blocked_destinations; the
+// namespace playing them receives nothing from it, while it answers the
+// host (the control) and the process still reaches an address outside the
+// blocked ranges through the same route. The rules survive: deleted (as a
+// flush or a reboot would) and the daemon restarted, they are back; deleted
+// while the daemon runs, the next start puts them back; and when they
+// cannot be installed (the daemon without CAP_NET_ADMIN), the server does
+// not start and its console, the log and the diagnostics say why.
+func TestPrivateDestinationsAreBlocked(t *testing.T) {
+	parallelDocker(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	nw := newTestNetwork(t)
+	tag := strings.TrimPrefix(nw.Name, "wharf-nr-")
+	cidr, third := operatorCIDRFor(tag)
+	nw.BlockedByTests = []string{cidr}
+	a := shellServer(t, 0)
+	n := startNode(t, nodeOptions{servers: []devpanel.Server{a}, mutate: nw.apply})
+	n.uploadProbe(t, a.UUID)
+	n.power(a.UUID, "start")
+	n.waitShells(t, a)
+	md := newMetadataHost(t, nw.Bridge, tag, third)
+
+	// Control: the namespace answers on the blocked addresses.
+	for _, addr := range []string{md.Metadata, md.Operator} {
+		if got := md.dialFromHost(t, addr); !strings.HasPrefix(got, "OK netprobe metadata") {
+			t.Fatalf("control: the host does not reach the namespace at %s: %s", addr, got)
+		}
+	}
+	attack := func(round string) {
+		t.Helper()
+		got := n.dialFrom(t, a.UUID, round, md.Metadata, md.Operator, md.Outside)
+		t.Logf("%s: %v", round, got)
+		for _, addr := range []string{md.Metadata, md.Operator} {
+			if !strings.HasPrefix(got[addr], "ERR") {
+				t.Errorf("%s: the server's process reached %s: %s", round, addr, got[addr])
+			}
+			if c := md.count(strings.TrimSuffix(addr, ":80") + ":80"); c != 1 {
+				t.Errorf("%s: the namespace accepted %d connections on %s, want only the host's", round, c, addr)
+			}
+		}
+		if !strings.HasPrefix(got[md.Outside], "OK netprobe metadata") {
+			t.Errorf("%s: the server's process cannot reach %s, outside the blocked ranges: %s", round, md.Outside, got[md.Outside])
+		}
+	}
+	attack("boot")
+
+	// A flushed ruleset and a restarted daemon (a host reboot): back.
+	n.stop()
+	nw.deleteTables(t)
+	n.restart()
+	if tables := nw.nftTables(t); !strings.Contains(tables, "169.254.0.0/16") || !strings.Contains(tables, cidr) {
+		t.Fatalf("the rules are not back after the restart:\n%s", tables)
+	}
+	attack("restarted")
+
+	// Deleted while the daemon runs: the next start reinstalls them.
+	nw.deleteTables(t)
+	n.power(a.UUID, "stop")
+	n.waitState(a.UUID, "offline", 60*time.Second)
+	n.power(a.UUID, "start")
+	n.waitShells(t, a)
+	if tables := nw.nftTables(t); !strings.Contains(tables, "169.254.0.0/16") {
+		t.Fatalf("the start did not reinstall the rules:\n%s", tables)
+	}
+	attack("reinstalled")
+
+	// Cannot be installed: the server does not start, and says why.
+	n.power(a.UUID, "stop")
+	n.waitState(a.UUID, "offline", 60*time.Second)
+	n.stop()
+	nw.deleteTables(t)
+	n.wrap = []string{"setpriv", "--bounding-set", "-net_admin", "--"}
+	n.restart()
+	n.power(a.UUID, "start")
+	lines := n.waitLog(a.UUID, "network firewall is not in place")
+	if !strings.Contains(strings.Join(lines, "\n"), "operation not permitted") {
+		t.Errorf("the console does not say why the firewall is missing:\n%s", strings.Join(lines, "\n"))
+	}
+	if st := n.details(a.UUID)["state"]; st != "offline" {
+		t.Errorf("state %v after a refused start, want offline", st)
+	}
+	if info, err := engineInspect(context.Background(), testimages.Client(t), a.UUID); err == nil && info.State != nil && info.State.Running {
+		t.Error("the container runs without the firewall")
+	}
+	if log := n.log.String(); !strings.Contains(log, "Wharf's firewall could not be installed") || !strings.Contains(log, "container not started") {
+		t.Errorf("the log does not say the firewall is missing:\n%s", log)
+	}
+	res, body := n.request("GET", "/api/diagnostics", nil, "")
+	if res.StatusCode != 200 || !strings.Contains(string(body), "NOT IN PLACE") {
+		t.Errorf("diagnostics: %d, no NOT IN PLACE:\n%s", res.StatusCode, body)
 	}
 }
