@@ -488,6 +488,9 @@ func TestPrivateDestinationsAreBlocked(t *testing.T) {
 	cidr, third := operatorCIDRFor(tag)
 	nw.BlockedByTests = []string{cidr}
 	a := shellServer(t, 0)
+	// The installer runs the owner's code too (an egg's npm install).
+	a.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh",
+		Script: fmt.Sprintf("/mnt/server/netprobe dial installer 169.254.169.254:80 198.18.%d.10:80 198.18.%d.200:80\n", third, third)}
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{a}, mutate: nw.apply})
 	n.uploadProbe(t, a.UUID)
 	n.power(a.UUID, "start")
@@ -518,12 +521,21 @@ func TestPrivateDestinationsAreBlocked(t *testing.T) {
 	}
 	attack("boot")
 
-	// A flushed ruleset and a restarted daemon (a host reboot): back.
+	// A flushed ruleset and a restarted daemon (a host reboot): back. A
+	// table of a bridge that no longer exists is deleted at the boot.
 	n.stop()
 	nw.deleteTables(t)
+	gone := "wharf_wng" + tag
+	if out, err := exec.Command("nft", "add", "table", "inet", gone).CombinedOutput(); err != nil {
+		t.Fatalf("nft add table: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "inet", gone).Run() })
 	n.restart()
 	if tables := nw.nftTables(t); !strings.Contains(tables, "169.254.0.0/16") || !strings.Contains(tables, cidr) {
 		t.Fatalf("the rules are not back after the restart:\n%s", tables)
+	}
+	if out, _ := exec.Command("nft", "list", "tables").CombinedOutput(); strings.Contains(string(out), gone) {
+		t.Errorf("the table of a bridge that does not exist was kept:\n%s", out)
 	}
 	attack("restarted")
 
@@ -538,8 +550,31 @@ func TestPrivateDestinationsAreBlocked(t *testing.T) {
 	}
 	attack("reinstalled")
 
+	// The installer (a reinstall runs the egg's script, here the owner's
+	// program) is held by the same rules.
+	if res, body := n.request("POST", "/api/servers/"+a.UUID+"/reinstall", nil, ""); res.StatusCode != 202 {
+		t.Fatalf("reinstall: %d %s", res.StatusCode, body)
+	}
+	installLog := filepath.Join(n.Config.System.LogDirectory, "install", a.UUID+".log")
+	var inst string
+	if !wait.Until(90*time.Second, func() bool {
+		data, _ := os.ReadFile(installLog)
+		inst = string(data)
+		return strings.Count(inst, "DIAL installer") == 3
+	}) {
+		t.Fatalf("the installer's probe did not report:\n%s\n\ndaemon log:\n%s", inst, n.log)
+	}
+	t.Logf("installer:\n%s", inst)
+	for _, addr := range []string{md.Metadata, md.Operator} {
+		if !strings.Contains(inst, "DIAL installer "+addr+" ERR") || md.count(addr) != 1 {
+			t.Errorf("the installer reached %s (%d connections):\n%s", addr, md.count(addr), inst)
+		}
+	}
+	if !strings.Contains(inst, "DIAL installer "+md.Outside+" OK") {
+		t.Errorf("the installer cannot reach %s, outside the blocked ranges:\n%s", md.Outside, inst)
+	}
+
 	// Cannot be installed: the server does not start, and says why.
-	n.power(a.UUID, "stop")
 	n.waitState(a.UUID, "offline", 60*time.Second)
 	n.stop()
 	nw.deleteTables(t)

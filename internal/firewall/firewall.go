@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -111,11 +112,60 @@ func (f *Firewall) conn() (*nftables.Conn, error) {
 }
 
 // Install deletes and recreates the tables of every bridge in one netlink
-// batch: the kernel applies all of it or nothing.
+// batch: the kernel applies all of it or nothing. Wharf's tables of
+// bridges that no longer exist (a removed per-IP network, another node's
+// removed network) are deleted first: they protect nothing.
 func (f *Firewall) Install() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.pruneLocked(); err != nil {
+		return err
+	}
 	return f.installLocked(f.bridges)
+}
+
+// pruneLocked deletes the tables named after a bridge interface that does
+// not exist. Not for another namespace than the daemon's (its interfaces
+// are not visible here).
+func (f *Firewall) pruneLocked() error {
+	if f.opts.NetNS != 0 {
+		return nil
+	}
+	c, err := f.conn()
+	if err != nil {
+		return fmt.Errorf("firewall: netlink: %w", err)
+	}
+	var stale []*nftables.Table
+	for _, fam := range []nftables.TableFamily{nftables.TableFamilyINet, nftables.TableFamilyBridge} {
+		tables, err := c.ListTablesOfFamily(fam)
+		if err != nil {
+			return fmt.Errorf("firewall: listing the %s tables: %w", familyName(fam), err)
+		}
+		for _, t := range tables {
+			bridge, ok := strings.CutPrefix(t.Name, TablePrefix)
+			if !ok || bridge == "" {
+				continue
+			}
+			if _, err := net.InterfaceByName(bridge); err != nil && strings.Contains(err.Error(), "no such network interface") {
+				stale = append(stale, t)
+			}
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	for _, t := range stale {
+		c.DelTable(t)
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("firewall: deleting the tables of removed bridges: %w", err)
+	}
+	if f.opts.Log != nil {
+		for _, t := range stale {
+			f.opts.Log.Info("deleted the firewall table of a bridge that no longer exists", "family", familyName(t.Family), "table", t.Name)
+		}
+	}
+	return nil
 }
 
 func (f *Firewall) installLocked(bridges []Bridge) error {
