@@ -15,7 +15,9 @@ import (
 // testNamespace creates a network namespace of the test's own (ip netns)
 // and returns a descriptor of it; the namespace is removed at cleanup.
 // Skipped without root or nftables.
-func testNamespace(t *testing.T) (fd int, name string) {
+func testNamespace(t *testing.T) (fd int, name string) { return benchNamespace(t) }
+
+func benchNamespace(t testing.TB) (fd int, name string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a network namespace and nftables)")
