@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/wharf/wharf/internal/config"
@@ -98,5 +99,48 @@ func TestICCDefaultIsAppliedOnceAndSaved(t *testing.T) {
 	}
 	if !store.Get().Docker.Network.EnableICC {
 		t.Fatal("the operator's enable_icc: true after the switch was reset")
+	}
+}
+
+// TestStartFirewallSaysWhenThereIsNone: the fake runtime has no firewall,
+// an operator who turns it off is warned loudly, a network that is not a
+// bridge is named, and ICC on is warned about; in none of these cases are
+// the servers' starts guarded.
+func TestStartFirewallSaysWhenThereIsNone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(c *config.Config)
+		driver string
+		want   []string
+	}{
+		{"fake runtime", func(c *config.Config) { c.Testing.Runtime = config.TestRuntimeFake }, "bridge", []string{"no firewall: the in-memory test runtime"}},
+		{"switched off", func(c *config.Config) {
+			c.Docker.Network.Firewall = false
+			c.Docker.Network.EnableICC = true
+		}, "bridge", []string{"WHARF'S FIREWALL IS OFF", "docker.network.enable_icc is on"}},
+		{"host network", func(c *config.Config) {}, "host", []string{"the node's network is not a bridge"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Defaults()
+			tc.mutate(c)
+			var logged strings.Builder
+			n := &node{
+				log:     slog.New(slog.NewTextHandler(&logged, nil)),
+				store:   config.NewStore(filepath.Join(t.TempDir(), "config.yml"), c),
+				rt:      runtimetest.New(runtimetest.Process{}),
+				network: runtime.NetworkInfo{Driver: tc.driver},
+			}
+			if err := n.startFirewall(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n.firewall != nil || n.serverRuntime != n.rt {
+				t.Error("starts are guarded without a firewall")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(logged.String(), w) {
+					t.Errorf("the log lacks %q:\n%s", w, logged.String())
+				}
+			}
+		})
 	}
 }

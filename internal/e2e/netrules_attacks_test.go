@@ -159,11 +159,18 @@ func shellServer(t *testing.T, published int) devpanel.Server {
 func (n *node) waitShells(t *testing.T, servers ...devpanel.Server) {
 	t.Helper()
 	for _, s := range servers {
-		ok := wait.Until(60*time.Second, func() bool {
+		// The echo is sent again only when the last one has had a few
+		// seconds: the shell may not read its console yet, and a busy
+		// engine must not be flooded with attach writes.
+		var sent time.Time
+		ok := wait.Until(90*time.Second, func() bool {
 			if n.details(s.UUID)["state"] == "running" {
 				return true
 			}
-			n.request("POST", "/api/servers/"+s.UUID+"/commands", map[string]any{"commands": []string{"echo shell-ready"}}, "")
+			if time.Since(sent) > 3*time.Second {
+				sent = time.Now()
+				n.request("POST", "/api/servers/"+s.UUID+"/commands", map[string]any{"commands": []string{"echo shell-ready"}}, "")
+			}
 			return false
 		})
 		if !ok {
