@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/firewall"
@@ -66,6 +68,49 @@ func (n *node) startFirewall(context.Context) error {
 	n.firewall = fw
 	n.serverRuntime = &guardedRuntime{Runtime: n.rt, fw: fw, log: n.log}
 	return nil
+}
+
+// firewallWatchInterval is how often the running daemon verifies its rules
+// (and reinstalls them when they were deleted): running servers are not
+// left without them until the next start.
+const firewallWatchInterval = 30 * time.Second
+
+// startFirewallWatch verifies the firewall's rules every interval until
+// stopped (the stop waits for the goroutine).
+func (n *node) startFirewallWatch(ctx context.Context) error {
+	n.stopWatch = func() {}
+	if n.firewall == nil {
+		return nil
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var done sync.WaitGroup
+	n.stopWatch = func() { stop(); done.Wait() }
+	done.Go(func() { watchFirewall(wctx, n.firewall, n.log, firewallWatchInterval) })
+	return nil
+}
+
+// watchFirewall calls Ensure every interval until ctx ends; a failure is
+// logged (starts are refused by the guard meanwhile).
+func watchFirewall(ctx context.Context, fw *firewall.Firewall, log *slog.Logger, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := fw.Ensure()
+		switch {
+		case err != nil:
+			log.Error("Wharf's firewall is not in place and cannot be reinstalled: servers and installers do not start", "error", err)
+			failing = true
+		case failing:
+			log.Info("Wharf's firewall is in place again")
+			failing = false
+		}
+	}
 }
 
 func newFirewall(cfg *config.Config, log *slog.Logger) *firewall.Firewall {

@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/runtime/runtimetest"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -143,4 +146,47 @@ func TestStartFirewallSaysWhenThereIsNone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWatchFirewallLogsAFailureAndStops: the watch verifies at every tick,
+// logs a firewall it cannot reinstall, and ends with its context.
+func TestWatchFirewallLogsAFailureAndStops(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fw := firewall.New(firewall.Options{NetNS: int(f.Fd())})
+	if _, err := fw.AddBridge(firewall.Bridge{Name: "service0"}); err != nil {
+		t.Fatal(err)
+	}
+	logged := &lockedBuilder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchFirewall(ctx, fw, slog.New(slog.NewTextHandler(logged, nil)), time.Millisecond)
+	}()
+	wait.For(t, 10*time.Second, func() bool {
+		return strings.Contains(logged.String(), "firewall is not in place and cannot be reinstalled")
+	}, "the watch to log the missing firewall")
+	cancel()
+	<-done
+}
+
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

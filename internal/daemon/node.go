@@ -42,6 +42,7 @@ type node struct {
 	network       runtime.NetworkInfo
 	firewall      *firewall.Firewall
 	serverRuntime runtime.Runtime
+	stopWatch     func()
 
 	// nodeCtx is the context of the servers and the node's jobs: it lives
 	// as long as the daemon process, not the run context.
@@ -75,6 +76,7 @@ func (n *node) subsystems() []subsystem {
 		// Before any server: none starts without it (fail closed). Its
 		// rules stay in the kernel at shutdown (servers keep running).
 		{name: "firewall", start: n.startFirewall},
+		{name: "firewall watch", start: n.startFirewallWatch, stop: func() { n.stopWatch() }},
 		{name: "node context", start: n.openNodeContext, stop: func() { n.stopNode() }},
 		{name: "quotas", start: n.openQuotas, stop: n.closeQuotas},
 		{name: "servers", start: n.startServers, stop: func() { n.servers.Close() }},
