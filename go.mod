@@ -20,6 +20,7 @@ require (
 
 require (
 	github.com/coder/websocket v1.8.15
+	github.com/google/nftables v0.3.0
 	github.com/klauspost/readahead v1.4.0
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
@@ -31,7 +32,11 @@ require (
 	golang.org/x/crypto v0.57.0
 )
 
-require github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+require (
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42 // indirect
+	github.com/mdlayher/socket v0.5.0 // indirect
+)
 
 require (
 	github.com/STARRY-S/zip v0.2.3 // indirect

@@ -239,18 +239,52 @@ type Docker struct {
 
 // DockerNetwork configures the node's container network.
 type DockerNetwork struct {
-	Interface  string            `yaml:"interface" json:"interface"`
-	DNS        []string          `yaml:"dns" json:"dns"`
-	Name       string            `yaml:"name" json:"name"`
-	ISPN       bool              `yaml:"ispn" json:"ispn"`
-	Driver     string            `yaml:"driver" json:"driver"`
-	Mode       string            `yaml:"network_mode" json:"network_mode"`
-	IsInternal bool              `yaml:"is_internal" json:"is_internal"`
-	EnableICC  bool              `yaml:"enable_icc" json:"enable_icc"`
-	NetworkMTU int               `yaml:"network_mtu" json:"network_mtu"`
-	Interfaces NetworkInterfaces `yaml:"interfaces" json:"interfaces"`
-	EnableIPv6 bool              `yaml:"ipv6" json:"ipv6"`
-	BridgeName string            `yaml:"bridge_name" json:"bridge_name"`
+	Interface  string   `yaml:"interface" json:"interface"`
+	DNS        []string `yaml:"dns" json:"dns"`
+	Name       string   `yaml:"name" json:"name"`
+	ISPN       bool     `yaml:"ispn" json:"ispn"`
+	Driver     string   `yaml:"driver" json:"driver"`
+	Mode       string   `yaml:"network_mode" json:"network_mode"`
+	IsInternal bool     `yaml:"is_internal" json:"is_internal"`
+	// EnableICC lets containers on the node's bridge reach each other
+	// directly (off by default: a server reaches another only through the
+	// ports it published, as a player does). Wharf's firewall enforces
+	// it whatever option the engine's network was created with.
+	EnableICC bool `yaml:"enable_icc" json:"enable_icc"`
+	// ICCDefaultApplied records that Wharf's secure default of EnableICC
+	// has been applied to this file (ApplyICCDefault): until it is set, an
+	// enable_icc: true is another agent's default (Wings writes it) or an
+	// older Wharf's, not the operator's choice.
+	ICCDefaultApplied bool              `yaml:"icc_default_applied" json:"icc_default_applied"`
+	NetworkMTU        int               `yaml:"network_mtu" json:"network_mtu"`
+	Interfaces        NetworkInterfaces `yaml:"interfaces" json:"interfaces"`
+	EnableIPv6        bool              `yaml:"ipv6" json:"ipv6"`
+	BridgeName        string            `yaml:"bridge_name" json:"bridge_name"`
+	// Firewall installs Wharf's own nftables rules for the bridge
+	// (internal/firewall): neighbours isolated unless EnableICC, private
+	// destinations blocked. On by default; servers do not start while the
+	// rules cannot be installed. Off only for a host without nf_tables.
+	Firewall bool `yaml:"firewall" json:"firewall"`
+	// BlockedDestinations are CIDRs (or single addresses) containers must
+	// not reach, on top of the link-local and cloud metadata addresses the
+	// firewall always blocks (a management VLAN, the provider's services).
+	BlockedDestinations []string `yaml:"blocked_destinations" json:"blocked_destinations"`
+}
+
+// ApplyICCDefault applies Wharf's secure default of enable_icc to a
+// configuration that has not been through it yet (a file taken over from
+// Wings, which writes enable_icc: true, or written by an older Wharf): ICC
+// is turned off and the file marked, so that an operator who sets it to
+// true again afterwards keeps it. It reports whether ICC was turned off.
+func (c *Config) ApplyICCDefault() bool {
+	n := &c.Docker.Network
+	if n.ICCDefaultApplied {
+		return false
+	}
+	n.ICCDefaultApplied = true
+	reset := n.EnableICC
+	n.EnableICC = false
+	return reset
 }
 
 // NetworkInterfaces holds the v4 and v6 address plans.

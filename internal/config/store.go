@@ -218,37 +218,19 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	str("system.backups.repository.path", &ns.Backups.Repository.Path, cs.Backups.Repository.Path)
 	// What the repository shares and keeps: the node's business (issue 33).
 	str("system.backups.repository.dedup_scope", &ns.Backups.Repository.DedupScope, cs.Backups.Repository.DedupScope)
-	if ns.Backups.Repository.MaxUnusedPercent != cs.Backups.Repository.MaxUnusedPercent {
-		kept = append(kept, "system.backups.repository.max_unused_percent")
-	}
-	ns.Backups.Repository.MaxUnusedPercent = cs.Backups.Repository.MaxUnusedPercent
+	keepValue(&kept, "system.backups.repository.max_unused_percent", &ns.Backups.Repository.MaxUnusedPercent, cs.Backups.Repository.MaxUnusedPercent)
 	// The bucket and its credentials: the panels never send them.
-	if ns.Backups.Repository.S3 != cs.Backups.Repository.S3 {
-		kept = append(kept, "system.backups.repository.s3")
-	}
-	ns.Backups.Repository.S3 = cs.Backups.Repository.S3
+	keepValue(&kept, "system.backups.repository.s3", &ns.Backups.Repository.S3, cs.Backups.Repository.S3)
 	if !jsonEqual(next.Docker, current.Docker) {
 		kept = append(kept, "docker")
 	}
 	next.Docker = current.Clone().Docker
-	if next.IgnorePanelConfigUpdates != current.IgnorePanelConfigUpdates {
-		kept = append(kept, "ignore_panel_config_updates")
-	}
-	next.IgnorePanelConfigUpdates = current.IgnorePanelConfigUpdates
-	if next.API.RemoteDownload.AllowLoopback != current.API.RemoteDownload.AllowLoopback {
-		kept = append(kept, "api.remote_download.allow_loopback")
-	}
-	next.API.RemoteDownload.AllowLoopback = current.API.RemoteDownload.AllowLoopback
+	keepValue(&kept, "ignore_panel_config_updates", &next.IgnorePanelConfigUpdates, current.IgnorePanelConfigUpdates)
+	keepValue(&kept, "api.remote_download.allow_loopback", &next.API.RemoteDownload.AllowLoopback, current.API.RemoteDownload.AllowLoopback)
 	// A protection the panels do not know: an update must not turn it off.
-	if next.API.RequireTokenScope != current.API.RequireTokenScope {
-		kept = append(kept, "api.require_token_scope")
-	}
-	next.API.RequireTokenScope = current.API.RequireTokenScope
+	keepValue(&kept, "api.require_token_scope", &next.API.RequireTokenScope, current.API.RequireTokenScope)
 	// A listener and its credential: the node's own business.
-	if next.Metrics != current.Metrics {
-		kept = append(kept, "metrics")
-	}
-	next.Metrics = current.Metrics
+	keepValue(&kept, "metrics", &next.Metrics, current.Metrics)
 	// Test knobs belong to the test that wrote the file.
 	next.Testing = current.Testing
 	// The access proxy's credentials in front of the panel: the panels
@@ -259,10 +241,7 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	next.RemoteQuery.CustomHeaders = current.Clone().RemoteQuery.CustomHeaders
 	str("system.log_format", &ns.LogFormat, cs.LogFormat)
 	// A limit that protects the host, which the panel knows nothing of.
-	if ns.Decompress != cs.Decompress {
-		kept = append(kept, "system.decompress")
-	}
-	ns.Decompress = cs.Decompress
+	keepValue(&kept, "system.decompress", &ns.Decompress, cs.Decompress)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	// Where the daemon writes host files (machine-id, passwd under User):
@@ -280,6 +259,15 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		next.API.SSL.Key = current.API.SSL.Key
 	}
 	return next, kept, nil
+}
+
+// keepValue sets *dst to the local value, and lists key when the update
+// asked for another.
+func keepValue[T comparable](kept *[]string, key string, dst *T, local T) {
+	if *dst != local {
+		*kept = append(*kept, key)
+	}
+	*dst = local
 }
 
 func restartKeys(old, next *Config) []string {

@@ -260,6 +260,60 @@ func validateDocker(c *Config, bad badFunc) {
 	if c.Docker.Network.Name == "" {
 		bad("docker.network.name", "is required")
 	}
+	validateBlockedDestinations(c.Docker.Network, bad)
+}
+
+// validateBlockedDestinations checks docker.network.blocked_destinations:
+// each entry a CIDR or a single address, never everything (/0) nor the
+// node's own container subnets (which would cut the containers off the
+// gateway).
+func validateBlockedDestinations(n DockerNetwork, bad badFunc) {
+	const key = "docker.network.blocked_destinations"
+	own := []string{n.Interfaces.V4.Subnet, n.Interfaces.V6.Subnet}
+	for _, s := range n.BlockedDestinations {
+		p, err := ParseDestination(s)
+		if err != nil {
+			bad(key, err.Error())
+			continue
+		}
+		if p.Bits() == 0 {
+			bad(key, fmt.Sprintf("%q blocks every address: use docker.network.is_internal for a network without any outside access", s))
+			continue
+		}
+		for _, o := range own {
+			if op, err := netip.ParsePrefix(o); err == nil && op.Overlaps(p) {
+				bad(key, fmt.Sprintf("%q overlaps the node's container subnet %s: the containers would lose their gateway", s, o))
+			}
+		}
+	}
+}
+
+// ParseDestination parses one entry of docker.network.blocked_destinations:
+// a CIDR whose address has no bits set past the prefix, or a single address
+// (a /32 or /128). IPv4-mapped IPv6 forms are refused.
+func ParseDestination(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR or an IP address", s)
+		}
+		if a.Is4In6() {
+			return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped address: write the IPv4 form", s)
+		}
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR or an IP address", s)
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped prefix: write the IPv4 form", s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("%q has bits set past its prefix length: did you mean %s?", s, p.Masked())
+	}
+	return p, nil
 }
 
 func validateHTTPURL(s string) error {

@@ -95,6 +95,10 @@ func (n *node) boot() error {
 	}
 
 	n.store = config.NewStore(opts.ConfigPath, cfg)
+	if err := applyICCDefault(n.store, n.log); err != nil {
+		return err
+	}
+	cfg = n.store.Get()
 	if next, err := prepareHost(cfg, n.log); err != nil {
 		return err
 	} else if next != nil {
@@ -181,7 +185,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg *config.Config, h http.Han
 // ensureNetwork creates the node's container network when missing and
 // stores what Docker actually uses (the subnet may differ when the
 // configured one overlaps an existing network).
-func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, rt runtime.Runtime) error {
+func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, rt runtime.Runtime) (runtime.NetworkInfo, error) {
 	n := store.Get().Docker.Network
 	info, err := rt.EnsureNetwork(ctx, runtime.NetworkSpec{
 		Name: n.Name, Driver: n.Driver, BridgeName: n.BridgeName, Internal: n.IsInternal,
@@ -190,7 +194,7 @@ func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, r
 		IPv6Subnet: n.Interfaces.V6.Subnet, IPv6Gate: n.Interfaces.V6.Gateway,
 	})
 	if err != nil {
-		return fmt.Errorf("docker network %s: %w", n.Name, err)
+		return info, fmt.Errorf("docker network %s: %w", n.Name, err)
 	}
 	if info.Created {
 		log.Info("created the docker network", "name", n.Name, "subnet", info.IPv4Subnet, "gateway", info.IPv4Gate)
@@ -203,9 +207,9 @@ func ensureNetwork(ctx context.Context, log *slog.Logger, store *config.Store, r
 		iface = ""
 	}
 	if iface == n.Interface && info.IPv4Subnet == n.Interfaces.V4.Subnet && info.IPv4Gate == n.Interfaces.V4.Gateway {
-		return nil
+		return info, nil
 	}
-	return store.Update(func(c *config.Config) {
+	return info, store.Update(func(c *config.Config) {
 		c.Docker.Network.Interface = iface
 		if info.IPv4Subnet != "" {
 			c.Docker.Network.Interfaces.V4 = config.Subnet{Subnet: info.IPv4Subnet, Gateway: info.IPv4Gate}

@@ -12,6 +12,7 @@ import (
 	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/logtail"
 	"github.com/wharf/wharf/internal/panel"
@@ -38,6 +39,14 @@ type node struct {
 	store     *config.Store
 	client    *panel.Client
 	rt        runtime.Runtime
+	// network is the node's container network as the engine has it;
+	// firewall is Wharf's firewall (nil when off or not applicable) and
+	// serverRuntime the runtime the servers use: rt, or rt behind the
+	// firewall's check.
+	network       runtime.NetworkInfo
+	firewall      *firewall.Firewall
+	serverRuntime runtime.Runtime
+	stopWatch     func()
 
 	// nodeCtx is the context of the servers and the node's jobs: it lives
 	// as long as the daemon process, not the run context.
@@ -68,6 +77,10 @@ func (n *node) subsystems() []subsystem {
 	return []subsystem{
 		{name: "runtime", stop: n.closeRuntime},
 		{name: "network", start: n.ensureNetwork},
+		// Before any server: none starts without it (fail closed). Its
+		// rules stay in the kernel at shutdown (servers keep running).
+		{name: "firewall", start: n.startFirewall},
+		{name: "firewall watch", start: n.startFirewallWatch, stop: func() { n.stopWatch() }},
 		{name: "node context", start: n.openNodeContext, stop: func() { n.stopNode() }},
 		{name: "quotas", start: n.openQuotas, stop: n.closeQuotas},
 		// Started before the servers (their restored states are pushed) and
@@ -106,7 +119,9 @@ func (n *node) closeRuntime() {
 }
 
 func (n *node) ensureNetwork(ctx context.Context) error {
-	return ensureNetwork(ctx, n.log, n.store, n.rt)
+	info, err := ensureNetwork(ctx, n.log, n.store, n.rt)
+	n.network = info
+	return err
 }
 
 func (n *node) openNodeContext(ctx context.Context) error {
@@ -135,7 +150,7 @@ func (n *node) startStatePush(context.Context) error {
 // goroutines stop (containers untouched) after the API has shut down.
 func (n *node) startServers(ctx context.Context) error {
 	n.servers = server.NewManager(n.nodeCtx, &server.Deps{
-		Runtime: n.rt, Panel: n.client, Config: n.store, Log: n.log, Quotas: n.quotas,
+		Runtime: n.serverRuntime, Panel: n.client, Config: n.store, Log: n.log, Quotas: n.quotas,
 		StatePush: n.statePush, Activity: n.acts,
 	})
 	if err := loadServers(ctx, n.log, n.store, n.servers); err != nil {

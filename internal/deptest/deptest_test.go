@@ -60,6 +60,18 @@ var rules = []rule{
 		why:    "file operations work on a sandbox handed to them; the job slot is taken by their caller",
 	},
 	{
+		from: []string{"internal/firewall"},
+		only: []string{},
+		why:  "the firewall installs rules for the bridges it is handed: it knows no configuration, runtime or server",
+	},
+	{
+		from:   []string{"..."},
+		except: []string{"internal/firewall"},
+		forbid: []string{"github.com/google/nftables"},
+		direct: true,
+		why:    "nftables rules are internal/firewall's: one place builds and verifies them",
+	},
+	{
 		from:   []string{"internal/runtime/..."},
 		forbid: []string{"internal/server"},
 		why:    "a runtime runs containers; what a server is lives above it",

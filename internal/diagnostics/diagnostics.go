@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
@@ -81,6 +83,8 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		backupFormat(&b, cfg)
 		section("Tokens")
 		tokenScopes(&b, cfg, opts.TokenScopes)
+		section("Network isolation")
+		networkIsolation(ctx, &b, cfg, opts.DockerHost)
 	}
 
 	if opts.LogLines > 0 {
@@ -380,4 +384,62 @@ func journal(ctx context.Context, n int) ([]string, error) {
 		return nil, fmt.Errorf("journalctl: %v", err)
 	}
 	return strings.Split(strings.TrimRight(string(out), "\n"), "\n"), nil
+}
+
+// networkIsolation says whether neighbours are isolated and private
+// destinations blocked, and whether Wharf's firewall rules are in the
+// kernel now (docs/security.md).
+func networkIsolation(ctx context.Context, b *strings.Builder, cfg *config.Config, host string) {
+	nw := cfg.Docker.Network
+	if !nw.ICCDefaultApplied {
+		nw.EnableICC = false // the next boot applies Wharf's default (config.ApplyICCDefault)
+	}
+	if nw.EnableICC {
+		b.WriteString("enable_icc:   true  WARNING: containers on the bridge reach each other's unpublished ports\n")
+	} else {
+		b.WriteString("enable_icc:   false (servers reach each other only through published ports)\n")
+	}
+	if !nw.Firewall {
+		b.WriteString("firewall:     OFF  WARNING: docker.network.firewall is false: nothing blocks the cloud metadata service or link-local addresses, nor neighbours beyond the engine's own ICC option\n")
+		return
+	}
+	blocked := firewall.BuiltinBlocked()
+	var operator []netip.Prefix
+	for _, s := range nw.BlockedDestinations {
+		if p, err := config.ParseDestination(s); err == nil {
+			operator = append(operator, p)
+		}
+	}
+	fmt.Fprintf(b, "blocked:      %v (built in), %v (docker.network.blocked_destinations)\n", blocked, operator)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Fprintf(b, "rules:        (the engine does not answer: %v)\n", err)
+		return
+	}
+	defer rt.Close()
+	info, err := rt.InspectNetwork(ctx, nw.Name)
+	if err != nil {
+		fmt.Fprintf(b, "rules:        (network %s: %v)\n", nw.Name, err)
+		return
+	}
+	if info.BridgeName == "" {
+		fmt.Fprintf(b, "rules:        none: network %s is not a bridge (driver %s)\n", nw.Name, info.Driver)
+		return
+	}
+	fw := firewall.New(firewall.Options{AllowICC: nw.EnableICC, Blocked: operator})
+	br := firewall.Bridge{Name: info.BridgeName}
+	if p, err := netip.ParsePrefix(info.IPv4Subnet); err == nil {
+		br.IPv4Subnet = p
+	}
+	if _, err := fw.AddBridge(br); err != nil {
+		fmt.Fprintf(b, "rules:        %v\n", err)
+		return
+	}
+	if err := fw.Verify(); err != nil {
+		fmt.Fprintf(b, "rules:        NOT IN PLACE for bridge %s: %v (servers do not start until the daemon reinstalls them)\n", info.BridgeName, err)
+		return
+	}
+	fmt.Fprintf(b, "rules:        in place (nft list table inet %s; nft list table bridge %s)\n", firewall.TableName(info.BridgeName), firewall.TableName(info.BridgeName))
 }

@@ -158,3 +158,45 @@ func TestReportHidesEndpointsOnRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestReportSaysWhenNeighboursAreNotIsolated: the report warns when ICC is
+// on (after the switch from Wings' default) and when the firewall is off,
+// and lists the operator's destinations.
+func TestReportSaysWhenNeighboursAreNotIsolated(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(c *config.Config)
+		want   []string
+	}{
+		{"defaults", func(c *config.Config) { c.Docker.Network.BlockedDestinations = []string{"192.0.2.0/24"} },
+			[]string{"enable_icc:   false", "169.254.0.0/16", "fd00:ec2::254/128", "[192.0.2.0/24] (docker.network.blocked_destinations)", "rules:"}},
+		{"icc on", func(c *config.Config) { c.Docker.Network.EnableICC, c.Docker.Network.ICCDefaultApplied = true, true },
+			[]string{"enable_icc:   true  WARNING"}},
+		{"wings default", func(c *config.Config) { c.Docker.Network.EnableICC = true },
+			[]string{"enable_icc:   false"}},
+		{"firewall off", func(c *config.Config) { c.Docker.Network.Firewall = false },
+			[]string{"firewall:     OFF  WARNING"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			c := config.Defaults()
+			c.UUID, c.TokenID, c.Token, c.Remote = "u", "t", "secret-token", "http://127.0.0.1:1"
+			c.PlaceUnder(dir)
+			tc.mutate(c)
+			path := filepath.Join(dir, "config.yml")
+			if err := c.Save(path); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := Write(context.Background(), &out, Options{ConfigPath: path}); err != nil {
+				t.Fatal(err)
+			}
+			_, section, _ := strings.Cut(out.String(), "== Network isolation ==")
+			for _, want := range tc.want {
+				if !strings.Contains(section, want) {
+					t.Errorf("the network isolation section lacks %q:\n%s", want, section)
+				}
+			}
+		})
+	}
+}

@@ -71,6 +71,9 @@ type node struct {
 	exited  chan struct{}
 	exitErr error
 	bin     string // the binary to run; wharfBinary when empty
+	// wrap, when set, runs the daemon under a command (its arguments
+	// before the binary's), e.g. setpriv to drop a capability.
+	wrap []string
 }
 
 type syncBuffer struct {
@@ -193,7 +196,8 @@ func (n *node) boot() bool {
 	if n.bin != "" {
 		bin = n.bin
 	}
-	n.cmd = exec.Command(bin, "--config", n.CfgPath)
+	args := append(append([]string(nil), n.wrap...), bin, "--config", n.CfgPath)
+	n.cmd = exec.Command(args[0], args[1:]...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)

@@ -197,6 +197,14 @@ func TestSwitchFromWings(t *testing.T) {
 	if !strings.Contains(n.log.String(), "system.openat_mode") {
 		t.Fatalf("Wings' unknown keys were not logged:\n%s", n.log)
 	}
+	// Wings' enable_icc: true is Wings' default, not the operator's: turned
+	// off once and the file marked (issue 32, migrating-from-wings.md).
+	if saved, err := config.Load(w.cfgPath); err != nil || saved.Docker.Network.EnableICC || !saved.Docker.Network.ICCDefaultApplied {
+		t.Errorf("after the switch: %v, enable_icc %v, icc_default_applied %v", err, saved != nil && saved.Docker.Network.EnableICC, saved != nil && saved.Docker.Network.ICCDefaultApplied)
+	}
+	if !strings.Contains(n.log.String(), "docker.network.enable_icc was true") {
+		t.Errorf("the reset of Wings' enable_icc was not logged:\n%s", n.log)
+	}
 
 	// Console (history from the container log, then live over the
 	// websocket), commands and stats.

@@ -205,4 +205,8 @@ type NetworkInfo struct {
 	IPv4Subnet string
 	IPv4Gate   string
 	Created    bool
+	// BridgeName is the host interface of a bridge network (the engine's
+	// com.docker.network.bridge.name option, else br-<first 12 of the
+	// network id>); empty for other drivers.
+	BridgeName string
 }

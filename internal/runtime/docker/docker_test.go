@@ -574,7 +574,7 @@ func TestEnsureNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := runtime.NetworkInfo{Driver: "bridge", IPv4Subnet: subnetA, IPv4Gate: gateA, Created: true}
+	want := runtime.NetworkInfo{Driver: "bridge", IPv4Subnet: subnetA, IPv4Gate: gateA, Created: true, BridgeName: spec.BridgeName}
 	if info != want {
 		t.Errorf("EnsureNetwork = %+v, want %+v", info, want)
 	}
@@ -605,7 +605,7 @@ func TestEnsureNetwork(t *testing.T) {
 	cleanupNetwork(t, name2)
 	spec2 := spec
 	spec2.Name = name2
-	spec2.BridgeName = "wt" + randHex(4)
+	spec2.BridgeName = "" // the engine names it br-<id>
 	info, err = r.EnsureNetwork(ctx, spec2)
 	if err != nil {
 		t.Fatal(err)
@@ -619,6 +619,13 @@ func TestEnsureNetwork(t *testing.T) {
 	}
 	if len(nw2.IPAM.Config) == 0 || nw2.IPAM.Config[0].Subnet.String() != info.IPv4Subnet {
 		t.Errorf("reported subnet %s, engine has %+v", info.IPv4Subnet, nw2.IPAM.Config)
+	}
+	// The bridge the engine named is a host interface of that name.
+	if want := "br-" + nw2.ID[:12]; info.BridgeName != want {
+		t.Errorf("bridge name %q, want %q", info.BridgeName, want)
+	}
+	if _, err := net.InterfaceByName(info.BridgeName); err != nil {
+		t.Errorf("bridge %s: %v", info.BridgeName, err)
 	}
 }
 

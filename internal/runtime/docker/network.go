@@ -148,7 +148,7 @@ func ipamConfig(subnet, gateway string) (network.IPAMConfig, error) {
 
 // networkInfo reports the driver and the first IPv4 subnet and gateway.
 func networkInfo(nw network.Inspect, created bool) runtime.NetworkInfo {
-	info := runtime.NetworkInfo{Driver: nw.Driver, Created: created}
+	info := runtime.NetworkInfo{Driver: nw.Driver, Created: created, BridgeName: bridgeName(nw)}
 	for _, c := range nw.IPAM.Config {
 		if !c.Subnet.IsValid() || !c.Subnet.Addr().Is4() {
 			continue
@@ -160,4 +160,33 @@ func networkInfo(nw network.Inspect, created bool) runtime.NetworkInfo {
 		break
 	}
 	return info
+}
+
+// bridgeName is the host interface of a bridge network, as the engine
+// names it: the bridge.name option, else "br-" and the first 12 characters
+// of the network's id. Empty for other drivers.
+func bridgeName(nw network.Inspect) string {
+	if nw.Driver != "bridge" {
+		return ""
+	}
+	if name := nw.Options["com.docker.network.bridge.name"]; name != "" {
+		return name
+	}
+	if len(nw.ID) < 12 {
+		return ""
+	}
+	return "br-" + nw.ID[:12]
+}
+
+// InspectNetwork reports the network of that name as the engine has it
+// (never creating it); runtime.ErrNotFound when it does not exist.
+func (r *Runtime) InspectNetwork(ctx context.Context, name string) (runtime.NetworkInfo, error) {
+	res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return runtime.NetworkInfo{}, runtime.ErrNotFound
+	}
+	if err != nil {
+		return runtime.NetworkInfo{}, wrap("inspect network", name, err)
+	}
+	return networkInfo(res.Network, false), nil
 }
