@@ -35,7 +35,7 @@ func Defaults() *Config {
 				MaxHandles: 256, MaxSessions: 10, MaxConnectionsPerServer: 32, MaxStartups: 64, MaxStartupsPerSource: 10, LoginGraceTime: 30,
 			},
 			CrashDetection: CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
-			Backups:        Backups{CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2},
+			Backups:        Backups{CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2, Downloads: defaultBackupDownloads()},
 			Transfers:      Transfers{Live: true, Compression: "auto"},
 			Decompress:     Decompress{MemoryLimit: 1024, CPULimit: 1800, Timeout: 3600},
 			User:           SystemUser{Passwd: Passwd{Enable: true}},

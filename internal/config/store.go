@@ -252,6 +252,11 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 		kept = append(kept, "system.decompress")
 	}
 	ns.Decompress = cs.Decompress
+	// The same for the bounds of backup downloads.
+	if ns.Backups.Downloads != cs.Backups.Downloads {
+		kept = append(kept, "system.backups.downloads")
+	}
+	ns.Backups.Downloads = cs.Backups.Downloads
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	// Where the daemon writes host files (machine-id, passwd under User):
