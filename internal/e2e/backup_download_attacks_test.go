@@ -302,3 +302,66 @@ func loadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
+
+// TestBackupDownloadFigures measures, for docs/benchmarks.md, the daemon
+// from the outside: the RSS each of 32 stalled readers of a 64 MiB
+// repository backup takes (read for 64 KiB, then held), and the goroutines
+// and RSS left 30 s after 100 downloads of a 16 MiB one read for 512 KiB
+// then closed. It asserts nothing; it runs only with
+// WHARF_DOWNLOAD_FIGURES=1, once per binary (WHARF_E2E_BINARY) to compare.
+func TestBackupDownloadFigures(t *testing.T) {
+	if os.Getenv("WHARF_DOWNLOAD_FIGURES") != "1" {
+		t.Skip("set WHARF_DOWNLOAD_FIGURES=1")
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	t.Run("stalled", func(t *testing.T) {
+		n, id := downloadNode(t, 64<<20, func(c *config.Config) {
+			c.System.Backups.Downloads = config.BackupDownloads{MaxPerServer: 32, MaxPerNode: 32, StallTimeout: 600}
+		})
+		n.fullDownload(t, client, id)
+		n.waitIdle(t, 60*time.Second)
+		start := time.Now()
+		n.fullDownload(t, client, id)
+		t.Logf("FIGURE full download of the 64 MiB backup: %v", time.Since(start).Round(10*time.Millisecond))
+		n.waitIdle(t, 60*time.Second)
+		base := n.level()
+		stop := n.peakRSS()
+		var held []*http.Response
+		for range 32 {
+			res, _ := n.openDownload(t, client, id, 64<<10)
+			held = append(held, res)
+		}
+		n.waitIdle(t, 180*time.Second)
+		peak := stop()
+		now := n.level()
+		for _, r := range held {
+			r.Body.Close()
+		}
+		t.Logf("FIGURE 32 stalled readers: RSS %d MiB -> peak %d MiB (+%d MiB, %.1f MiB per reader), goroutines %d -> %d; load %s",
+			base.rss>>10, peak>>10, (peak-base.rss)>>10, float64(peak-base.rss)/1024/32, base.goroutines, now.goroutines, loadAvg())
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		n, id := downloadNode(t, 16<<20, nil)
+		n.fullDownload(t, client, id)
+		n.waitIdle(t, 60*time.Second)
+		base := n.level()
+		stop := n.peakRSS()
+		start := time.Now()
+		for range 100 {
+			res, _ := n.openDownload(t, client, id, 512<<10)
+			res.Body.Close()
+		}
+		took := time.Since(start)
+		// What is left once the daemon is idle and 30 s have passed (the
+		// residue is what never comes back).
+		n.waitIdle(t, 60*time.Second)
+		var now level
+		wait.Until(30*time.Second, func() bool {
+			now = n.level()
+			return now.goroutines <= base.goroutines+3 && now.rss <= base.rss+64<<10
+		})
+		peak := stop()
+		t.Logf("FIGURE 100 interrupted downloads in %v: goroutines %d -> %d, descriptors %d -> %d, RSS %d MiB -> %d MiB (peak %d MiB); load %s",
+			took.Round(100*time.Millisecond), base.goroutines, now.goroutines, base.fds, now.fds, base.rss>>10, now.rss>>10, peak>>10, loadAvg())
+	})
+}
