@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -373,4 +375,75 @@ func TestBackupDownloadFigures(t *testing.T) {
 		t.Logf("FIGURE 100 interrupted downloads in %v: goroutines %d -> %d, descriptors %d -> %d, RSS %d MiB -> %d MiB (peak %d MiB); load %s",
 			took.Round(100*time.Millisecond), base.goroutines, now.goroutines, base.fds, now.fds, base.rss>>10, now.rss>>10, peak>>10, loadAvg())
 	})
+}
+
+// attacks (issue 33, item 2): a backup sent along with a transfer takes the
+// download's path (its tar.gz generated from the repository while it is
+// sent). A target that cuts the connection 512 KiB into the backup, ten
+// times, leaves nothing on the source: its goroutines (from /metrics) and
+// descriptors come back. On 620f633 each cut left pgzip's goroutine.
+func TestTransferCutDuringARepositoryBackupLeavesNothing(t *testing.T) {
+	n, id := downloadNode(t, 16<<20, nil)
+	var seen atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mr, err := r.MultipartReader()
+		if err != nil {
+			return
+		}
+		for {
+			p, err := mr.NextPart()
+			if err != nil {
+				return
+			}
+			if !strings.HasPrefix(p.FormName(), "backup_") {
+				_, _ = io.Copy(io.Discard, p)
+				continue
+			}
+			k, _ := io.CopyN(io.Discard, p, 512<<10)
+			seen.Add(k)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+	}))
+	defer target.Close()
+	transfer := func(i int) {
+		// 409 while the previous transfer releases the server (after its
+		// failure report).
+		var code int
+		var body []byte
+		wait.For(t, 30*time.Second, func() bool {
+			var res *http.Response
+			res, body = n.request("POST", "/api/servers/"+backupServer+"/transfer", map[string]any{
+				"url": target.URL + "/api/transfers", "token": "Bearer not-checked-here", "backups": []string{id},
+			}, "")
+			code = res.StatusCode
+			return code != http.StatusConflict
+		}, "the server to be free for transfer %d", i)
+		if code != 202 {
+			t.Fatalf("start transfer %d: %d %s", i, code, body)
+		}
+		wait.For(t, 60*time.Second, func() bool {
+			return len(n.Panel.CallsTo("POST", "/servers/"+backupServer+"/transfer/failure")) >= i
+		}, "the failure report of transfer %d\n%s", i, n.log)
+	}
+	transfer(1)
+	n.waitIdle(t, 60*time.Second)
+	base := n.level()
+	for i := 2; i <= 11; i++ {
+		transfer(i)
+	}
+	// Control: each transfer reached the backup and sent 512 KiB of it.
+	if got := seen.Load(); got != 11*512<<10 {
+		t.Fatalf("the target read %d bytes of backups, want 11 × 512 KiB", got)
+	}
+	var now level
+	if !wait.Until(60*time.Second, func() bool {
+		now = n.level()
+		return now.goroutines <= base.goroutines+3 && now.fds <= base.fds+2
+	}) {
+		t.Fatalf("after 10 cut transfers: %d goroutines (were %d), %d descriptors (were %d)", now.goroutines, base.goroutines, now.fds, base.fds)
+	}
+	n.assertAnswersEveryFace(t, backupServer)
 }
