@@ -99,6 +99,7 @@ type Service struct {
 	repoFilesRead func([]string)
 	gcRunning     bool
 	gcAgain       bool
+	downloads     downloadSlots // signed repository downloads running (downloads.go)
 }
 
 // New returns a service; ctx is the node's lifetime.

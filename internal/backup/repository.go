@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/klauspost/pgzip"
-
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
@@ -181,49 +179,10 @@ func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
 	return nil
 }
 
-// gzipStream returns the tar.gz of backup m at level, generated as it is
-// read (WriteRepositoryArchive). A damaged chunk ends it with a
-// *chunkstore.ChunkError. The generating goroutine ends when the stream
-// does or when the caller closes the reader (its next write then fails):
-// the caller must close it.
-func gzipStream(ctx context.Context, st *chunkstore.Store, m chunkstore.Manifest, level int, tempDir string) io.ReadCloser {
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(WriteRepositoryArchive(ctx, pw, st, m, level, tempDir))
-	}()
-	return pr
-}
-
-// WriteRepositoryArchive writes backup m of st to w as the tar.gz an
-// archive backup of the same tree is: a bare stream gets its integrity
-// entry (archive.Seal), dated when the backup was made. tempDir holds the
-// entry's spool when it outgrows memory.
-func WriteRepositoryArchive(ctx context.Context, w io.Writer, st *chunkstore.Store, m chunkstore.Manifest, level int, tempDir string) error {
-	gw, err := pgzip.NewWriterLevel(w, level)
-	if err != nil {
-		return err
-	}
-	rd := st.Reader(m)
-	defer rd.Close()
-	if m.Bare {
-		err = archive.Seal(ctx, gw, rd, archive.SealOptions{TempDir: tempDir, ModTime: m.Created})
-	} else {
-		_, err = io.Copy(gw, rd)
-	}
-	if cerr := gw.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// OpenRepositoryDownload opens the tar.gz of a repository backup of server;
-// ErrNotFound when there is none. The caller closes it.
-func (s *Service) OpenRepositoryDownload(server, backup string) (io.ReadCloser, error) {
-	return s.OpenRepositoryStream(context.Background(), server, backup)
-}
-
-// OpenRepositoryStream is OpenRepositoryDownload whose generation also
-// ends with ctx (a cancelled transfer that sends it).
+// OpenRepositoryStream opens the tar.gz of a repository backup of server,
+// generated as it is read until ctx ends (a cancelled transfer that sends
+// it); ErrNotFound when there is none. The caller closes it. Signed
+// downloads open it through OpenRepositoryDownload (downloads.go).
 func (s *Service) OpenRepositoryStream(ctx context.Context, server, backup string) (io.ReadCloser, error) {
 	st, m, err := s.repoManifest(s.cfg.Get(), server, backup)
 	if err != nil {

@@ -70,7 +70,7 @@ func TestRepositoryBackupGoesToTheBucket(t *testing.T) {
 	}
 
 	// The signed download streams the backup back out of the bucket.
-	rc, err := svc.OpenRepositoryDownload(srv.UUID(), b1)
+	rc, err := svc.OpenRepositoryDownload(context.Background(), srv.UUID(), b1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestRepositoryBackupGoesToTheBucket(t *testing.T) {
 	if len(packs) != 0 {
 		t.Fatalf("%d packs left in the bucket after deleting its only backup", len(packs))
 	}
-	if _, err := svc.OpenRepositoryDownload(srv.UUID(), b1); !errors.Is(err, ErrNotFound) {
+	if _, err := svc.OpenRepositoryDownload(context.Background(), srv.UUID(), b1); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("download of a deleted backup: %v; want ErrNotFound", err)
 	}
 

@@ -204,7 +204,7 @@ func TestRepositoryStreamForTransfers(t *testing.T) {
 		defer rc.Close()
 		return io.ReadAll(rc)
 	}
-	download, err := svc.OpenRepositoryDownload(srv.UUID(), "b1")
+	download, err := svc.OpenRepositoryDownload(context.Background(), srv.UUID(), "b1")
 	if err != nil {
 		t.Fatal(err)
 	}

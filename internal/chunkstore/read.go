@@ -136,8 +136,8 @@ const (
 	maxGroup = 8 << 20
 )
 
-// groups plans the reads of cs in order.
-func (s *Store) groups(cs []Chunk) []readGroup {
+// groups plans the reads of cs in order, up to limit bytes per Get.
+func (s *Store) groups(cs []Chunk, limit int64) []readGroup {
 	locs := s.locate(cs)
 	var out []readGroup
 	var off int64
@@ -148,7 +148,7 @@ func (s *Store) groups(cs []Chunk) []readGroup {
 		if n := len(out); n > 0 && it.ok {
 			g := &out[n-1]
 			start, end := int64(it.loc.off), int64(it.loc.off)+int64(it.loc.n)
-			if g.pack == it.loc.pack && start >= g.to && start-g.to <= maxGap && end-g.from <= maxGroup {
+			if g.pack == it.loc.pack && start >= g.to && start-g.to <= maxGap && end-g.from <= limit {
 				g.to = end
 				g.items = append(g.items, it)
 				continue
@@ -229,18 +229,98 @@ func (s *Store) fetch(g readGroup) ([][]byte, []error) {
 // stream reads the chunks of cs in order, several groups in flight, and
 // calls emit for each chunk in order until it returns false or stop ends.
 func (s *Store) stream(cs []Chunk, stop <-chan struct{}, emit func(i int, b []byte, err error) bool) {
+	s.streamWithin(cs, stop, nil, emit)
+}
+
+// A readBudget bounds the bytes a stream holds ahead of its consumer: a
+// group's ranged read and its decoded chunks are charged before the read
+// starts; the read's bytes are given back when it is decoded, each chunk's
+// when the consumer is done with it (release). A group is started when it
+// fits, or when nothing is held (a group larger than the budget still
+// makes progress, alone).
+type readBudget struct {
+	limit int64
+	mu    sync.Mutex
+	held  int64
+	peak  int64         // tests
+	freed chan struct{} // a release since the planner last looked (capacity 1)
+	wait  func()        // tests: called when the planner waits for room
+}
+
+func newReadBudget(limit int64) *readBudget {
+	return &readBudget{limit: limit, freed: make(chan struct{}, 1)}
+}
+
+// acquire charges n bytes once they fit; false when stop or quit ends
+// first. One goroutine (the planner) acquires.
+func (b *readBudget) acquire(n int64, stop, quit <-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if b.held == 0 || b.held+n <= b.limit {
+			b.held += n
+			b.peak = max(b.peak, b.held)
+			b.mu.Unlock()
+			return true
+		}
+		b.mu.Unlock()
+		if b.wait != nil {
+			b.wait()
+		}
+		select {
+		case <-b.freed:
+		case <-stop:
+			return false
+		case <-quit:
+			return false
+		}
+	}
+}
+
+// release gives n bytes back.
+func (b *readBudget) release(n int64) {
+	if b == nil || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.held -= n
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
+}
+
+// cost is what a group holds at most: its ranged read and its chunks.
+func (g readGroup) cost() (raw, decoded int64) {
+	for _, it := range g.items {
+		decoded += it.c.Len
+	}
+	return g.to - g.from, decoded
+}
+
+// streamWithin is stream whose groups are charged to bud (nil: only the
+// number of groups in flight is bounded). With a budget, emit's consumer
+// releases each chunk's length when it is done with its bytes.
+func (s *Store) streamWithin(cs []Chunk, stop <-chan struct{}, bud *readBudget, emit func(i int, b []byte, err error) bool) {
 	type res struct {
 		bs   [][]byte
 		errs []error
 	}
-	ahead := max(2, runtime.GOMAXPROCS(0)) * 2
+	ahead, limit := max(2, runtime.GOMAXPROCS(0))*2, int64(maxGroup)
+	if bud != nil {
+		limit = min(limit, bud.limit/4) // two or more groups in flight: reading overlaps decoding and the consumer
+	}
 	queue := make(chan chan res, ahead)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
 		defer close(queue)
-		for _, g := range s.groups(cs) {
+		for _, g := range s.groups(cs, limit) {
+			raw, decoded := g.cost()
+			if bud != nil && !bud.acquire(raw+decoded, stop, quit) {
+				return
+			}
 			ch := make(chan res, 1)
 			select {
 			case queue <- ch:
@@ -251,6 +331,7 @@ func (s *Store) stream(cs []Chunk, stop <-chan struct{}, emit func(i int, b []by
 			}
 			wg.Go(func() {
 				bs, errs := s.fetch(g)
+				bud.release(raw)
 				ch <- res{bs, errs}
 			})
 		}
@@ -270,20 +351,35 @@ func (s *Store) stream(cs []Chunk, stop <-chan struct{}, emit func(i int, b []by
 	}
 }
 
+// readAhead is how many bytes a Reader holds ahead of its consumer at
+// most (read, being read, decoded, queued), apart from one group larger
+// than it. A slow or stalled consumer (a download the client reads slowly
+// or not at all) holds this much, whatever the backup's size.
+const readAhead = 4 << 20
+
 // Reader returns the tar stream of backup m. Every chunk is checked
 // against its hash as it is read; a damaged one ends the stream with a
 // *ChunkError. Blobs are read by coalesced ranged reads, decompressed and
-// hashed ahead, on several cores, in order.
+// hashed ahead, on several cores, in order, only as far ahead of the
+// caller's reads as readAhead bytes.
 func (s *Store) Reader(m Manifest) io.ReadCloser {
-	r := &reader{data: make(chan []byte, 16), stop: make(chan struct{})}
+	return s.readerWithin(m, newReadBudget(readAhead))
+}
+
+func (s *Store) readerWithin(m Manifest, bud *readBudget) *reader {
+	r := &reader{data: make(chan []byte, 16), stop: make(chan struct{}), bud: bud}
 	r.wg.Go(func() {
 		defer close(r.data)
-		s.stream(m.Chunks, r.stop, func(_ int, b []byte, err error) bool {
+		s.streamWithin(m.Chunks, r.stop, bud, func(i int, b []byte, err error) bool {
 			if err != nil {
 				r.errMu.Lock()
 				r.fail = err
 				r.errMu.Unlock()
 				return false
+			}
+			if len(b) != int(m.Chunks[i].Len) {
+				// Charged by the manifest's length: give back the rest.
+				bud.release(m.Chunks[i].Len - int64(len(b)))
 			}
 			select {
 			case r.data <- b:
@@ -299,11 +395,13 @@ func (s *Store) Reader(m Manifest) io.ReadCloser {
 type reader struct {
 	data  chan []byte
 	stop  chan struct{}
+	bud   *readBudget
 	once  sync.Once
 	wg    sync.WaitGroup
 	errMu sync.Mutex
 	fail  error
 	buf   []byte
+	chunk int64 // length of the chunk buf is the rest of
 	err   error
 }
 
@@ -322,10 +420,14 @@ func (r *reader) Read(p []byte) (int, error) {
 			}
 			return 0, r.err
 		}
-		r.buf = b
+		r.buf, r.chunk = b, int64(len(b))
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
+	if len(r.buf) == 0 {
+		r.buf = nil
+		r.bud.release(r.chunk)
+	}
 	return n, nil
 }
 

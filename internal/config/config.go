@@ -197,6 +197,9 @@ type Backups struct {
 	// (backuprepo.go).
 	Format     string           `yaml:"format" json:"format"`
 	Repository BackupRepository `yaml:"repository" json:"repository"`
+	// Downloads bounds the signed downloads of repository backups
+	// (backupdownloads.go).
+	Downloads BackupDownloads `yaml:"downloads" json:"downloads"`
 }
 
 // Transfers configures server transfers.

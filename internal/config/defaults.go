@@ -37,7 +37,7 @@ func Defaults() *Config {
 			CrashDetection:     CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			CrashActivityLines: 2,
 			Backups: Backups{
-				CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2,
+				CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2, Downloads: defaultBackupDownloads(),
 				Repository: BackupRepository{DedupScope: DedupScopeServer, MaxUnusedPercent: 5},
 			},
 			Transfers:  Transfers{Live: true, Compression: "auto", MaxBackups: 32},

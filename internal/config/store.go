@@ -242,6 +242,8 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	str("system.log_format", &ns.LogFormat, cs.LogFormat)
 	// A limit that protects the host, which the panel knows nothing of.
 	keepValue(&kept, "system.decompress", &ns.Decompress, cs.Decompress)
+	// The same for the bounds of backup downloads.
+	keepValue(&kept, "system.backups.downloads", &ns.Backups.Downloads, cs.Backups.Downloads)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	// Where the daemon writes host files (machine-id, passwd under User):

@@ -209,6 +209,7 @@ func validateBackups(c *Config, bad badFunc) {
 	default:
 		bad("system.backups.layout", "must be one of auto, flat, per_server")
 	}
+	validateBackupDownloads(c.System.Backups.Downloads, bad)
 }
 
 func validateTransfers(c *Config, bad badFunc) {

@@ -61,6 +61,10 @@ func statusOf(k usererr.Kind) int {
 		return http.StatusUnprocessableEntity
 	case usererr.NotRunning:
 		return http.StatusBadGateway
+	case usererr.TooMany:
+		return http.StatusTooManyRequests
+	case usererr.Busy:
+		return http.StatusServiceUnavailable
 	}
 	return 0
 }

@@ -85,20 +85,7 @@ func (a *API) getDownloadBackup(w http.ResponseWriter, r *http.Request) error {
 	}
 	p, err := a.Backups.Locate(s, claims.BackupUUID)
 	if errors.Is(err, backup.ErrNotFound) {
-		// A backup in the repository: its tar.gz is generated as sent.
-		rc, rerr := a.Backups.OpenRepositoryDownload(s.UUID(), claims.BackupUUID)
-		if rerr != nil {
-			return rerr
-		}
-		defer rc.Close()
-		w.Header().Set("Content-Disposition", attachment("backup-"+claims.BackupUUID+".tar.gz"))
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if _, err := io.Copy(w, rc); err != nil {
-			// Cut the connection: a truncated body must not look whole.
-			a.Log.Error("backup download failed", "backup", claims.BackupUUID, "error", err)
-			panic(http.ErrAbortHandler)
-		}
-		return nil
+		return a.sendRepositoryBackup(w, r, s.UUID(), claims.BackupUUID)
 	}
 	if err != nil {
 		return err

@@ -32,6 +32,10 @@ const (
 	// NotRunning: the action needs a running server process (502, as the
 	// panels expect for commands sent to a stopped server).
 	NotRunning
+	// TooMany: the caller has too many of these running; later (429).
+	TooMany
+	// Busy: the node has too many of these running; later (503).
+	Busy
 )
 
 // Error is an error whose Message may be shown to the user as it is.
