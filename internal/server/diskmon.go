@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -41,7 +42,8 @@ const DiskLimitMessage = "Server is exceeding the assigned disk space limit, sto
 // stopped when the walk finds it over, or when the entry count passes the
 // entry limit. What the counters cannot see (space allocated by fallocate,
 // writes of a process that exited unreaped between two checks) is bounded
-// by a full walk at least every system.disk_walk_interval seconds.
+// by a full walk every system.disk_walk_interval seconds (spread over the
+// checks: see tick).
 type diskMonitor struct {
 	m    *Manager
 	proc procPaths
@@ -114,14 +116,22 @@ func (d *diskMonitor) run(ctx context.Context) {
 	}
 }
 
-// tick checks every running server, two at a time (a walk of a large tree
-// does not hold up the others for long), and forgets the servers that no
-// longer run.
+// tick checks every running server, two at a time, in two passes: first
+// the cheap figures of every server, with a full walk at once for each
+// whose estimate passed its limit; then the backstop walks that are due,
+// the longest-unwalked first and at most a share per check (enough to walk
+// every server once per system.disk_walk_interval), so that a node's walks
+// are spread over the interval rather than all made in one check (at boot
+// they all are due) and never hold up the next cheap check for long.
+// Servers that no longer run are forgotten.
 func (d *diskMonitor) tick(ctx context.Context) {
 	cfg := d.m.deps.Config.Get().System
 	live := map[string]bool{}
-	var g errgroup.Group
-	g.SetLimit(2)
+	type job struct {
+		s   *Server
+		rec *diskRec
+	}
+	var jobs []job
 	for _, s := range d.m.All() {
 		started, ok := s.runningSince()
 		if !ok {
@@ -133,24 +143,48 @@ func (d *diskMonitor) tick(ctx context.Context) {
 			rec = &diskRec{started: started, entries: -1, walked: s.lastDiskWalk()}
 			d.recs[s.UUID()] = rec
 		}
-		if rec.stopping {
-			continue
+		if !rec.stopping {
+			jobs = append(jobs, job{s, rec})
 		}
-		g.Go(func() error {
-			d.check(ctx, s, rec, cfg)
-			return nil
-		})
 	}
-	_ = g.Wait()
 	for id := range d.recs {
 		if !live[id] {
 			delete(d.recs, id)
 		}
 	}
+	var g errgroup.Group
+	g.SetLimit(2)
+	due := make([]bool, len(jobs))
+	for i, j := range jobs {
+		g.Go(func() error {
+			due[i] = d.check(ctx, j.s, j.rec, cfg)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	var backstop []job
+	for i, j := range jobs {
+		if due[i] {
+			backstop = append(backstop, j)
+		}
+	}
+	sort.Slice(backstop, func(a, b int) bool { return backstop[a].rec.walked.Before(backstop[b].rec.walked) })
+	walkEvery := max(cfg.DiskWalkInterval, cfg.DiskCheckInterval)
+	share := (len(jobs)*cfg.DiskCheckInterval + walkEvery - 1) / walkEvery
+	for _, j := range backstop[:min(len(backstop), share+1)] {
+		g.Go(func() error {
+			d.walk(ctx, j.s, j.rec, cfg)
+			return nil
+		})
+	}
+	_ = g.Wait()
 }
 
-// check is one check of one running server.
-func (d *diskMonitor) check(ctx context.Context, s *Server, rec *diskRec, cfg config.System) {
+// check is one check of one running server: it reads the cheap figures,
+// stops the server past the entry limit, walks it at once when the
+// estimate passed the disk limit, and reports whether a backstop walk is
+// due (none for system.disk_walk_interval).
+func (d *diskMonitor) check(ctx context.Context, s *Server, rec *diskRec, cfg config.System) (walkDue bool) {
 	rec.written += int64(min(d.readWritten(ctx, s, rec), 1<<62))
 	d.countEntries(ctx, s, rec)
 	f := diskFigures{
@@ -161,13 +195,21 @@ func (d *diskMonitor) check(ctx context.Context, s *Server, rec *diskRec, cfg co
 	if f.tooManyEntries() {
 		rec.stopping = true
 		s.stopForDisk(cfg, fmt.Sprintf("%d entries, more than system.disk_entry_limit (%d)", f.entries, f.entryLimit))
-		return
+		return false
+	}
+	if f.needsWalk() {
+		d.walk(ctx, s, rec, cfg)
+		return false
 	}
 	walkEvery := time.Duration(max(cfg.DiskWalkInterval, cfg.DiskCheckInterval)) * time.Second
+	return rec.walked.IsZero() || s.deps.now().Sub(rec.walked) >= walkEvery
+}
+
+// walk counts the server's tree in full and stops it when it is over its
+// disk limit.
+func (d *diskMonitor) walk(ctx context.Context, s *Server, rec *diskRec, cfg config.System) {
 	now := s.deps.now()
-	if !f.needsWalk() && !rec.walked.IsZero() && now.Sub(rec.walked) < walkEvery {
-		return
-	}
+	limit := s.files.DiskLimit()
 	used, err := s.files.RefreshUsage(ctx)
 	if ctx.Err() != nil {
 		return
@@ -178,9 +220,9 @@ func (d *diskMonitor) check(ctx context.Context, s *Server, rec *diskRec, cfg co
 	}
 	rec.walked, rec.written, rec.walkEntries = now, 0, max(rec.entries, 0)
 	s.markDiskWalked(now)
-	if overLimit(used, f.limit) {
+	if overLimit(used, limit) {
 		rec.stopping = true
-		s.stopForDisk(cfg, fmt.Sprintf("%d bytes used, more than the limit of %d", used, f.limit))
+		s.stopForDisk(cfg, fmt.Sprintf("%d bytes used, more than the limit of %d", used, limit))
 	}
 }
 
