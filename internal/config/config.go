@@ -70,17 +70,24 @@ type SSL struct {
 
 // System holds the host-side settings.
 type System struct {
-	RootDirectory          string         `yaml:"root_directory" json:"root_directory"`
-	LogDirectory           string         `yaml:"log_directory" json:"log_directory"`
-	LogFormat              string         `yaml:"log_format" json:"log_format"` // text | json
-	Data                   string         `yaml:"data" json:"data"`
-	ArchiveDirectory       string         `yaml:"archive_directory" json:"archive_directory"`
-	BackupDirectory        string         `yaml:"backup_directory" json:"backup_directory"`
-	TmpDirectory           string         `yaml:"tmp_directory" json:"tmp_directory"`
-	Username               string         `yaml:"username" json:"username"`
-	Timezone               string         `yaml:"timezone" json:"timezone"`
-	User                   SystemUser     `yaml:"user" json:"user"`
-	DiskCheckInterval      int            `yaml:"disk_check_interval" json:"disk_check_interval"` // seconds
+	RootDirectory     string     `yaml:"root_directory" json:"root_directory"`
+	LogDirectory      string     `yaml:"log_directory" json:"log_directory"`
+	LogFormat         string     `yaml:"log_format" json:"log_format"` // text | json
+	Data              string     `yaml:"data" json:"data"`
+	ArchiveDirectory  string     `yaml:"archive_directory" json:"archive_directory"`
+	BackupDirectory   string     `yaml:"backup_directory" json:"backup_directory"`
+	TmpDirectory      string     `yaml:"tmp_directory" json:"tmp_directory"`
+	Username          string     `yaml:"username" json:"username"`
+	Timezone          string     `yaml:"timezone" json:"timezone"`
+	User              SystemUser `yaml:"user" json:"user"`
+	DiskCheckInterval int        `yaml:"disk_check_interval" json:"disk_check_interval"` // seconds
+	// DiskWalkInterval (seconds) is how often a running server's tree is
+	// counted in full even when nothing suggests it grew (issue 32): the
+	// bound for what the per-process write counters cannot see.
+	DiskWalkInterval int `yaml:"disk_walk_interval" json:"disk_walk_interval"`
+	// DiskEntryLimit is the most entries (files, directories, links) a
+	// server's directory may hold while its game runs; 0 means no bound.
+	DiskEntryLimit         int64          `yaml:"disk_entry_limit" json:"disk_entry_limit"`
 	ActivitySendInterval   int            `yaml:"activity_send_interval" json:"activity_send_interval"`
 	ActivitySendCount      int            `yaml:"activity_send_count" json:"activity_send_count"`
 	CheckPermissionsOnBoot bool           `yaml:"check_permissions_on_boot" json:"check_permissions_on_boot"`

@@ -55,6 +55,9 @@ func TestDefaultsFillAbsentKeys(t *testing.T) {
 		"system.sftp.max_startups":               {c.System.SFTP.MaxStartups, 64},
 		"system.sftp.max_startups_per_source":    {c.System.SFTP.MaxStartupsPerSource, 10},
 		"system.sftp.login_grace_time":           {c.System.SFTP.LoginGraceTime, 30},
+		"system.disk_check_interval":             {c.System.DiskCheckInterval, 5},
+		"system.disk_walk_interval":              {c.System.DiskWalkInterval, 150},
+		"system.disk_entry_limit":                {c.System.DiskEntryLimit, int64(500000)},
 	}
 	for key, v := range checks {
 		if v[0] != v[1] {
@@ -94,6 +97,9 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"no sftp handles", func(c *Config) { c.System.SFTP.MaxHandles = 0 }, "system.sftp.max_handles"},
 		{"no sftp startups per source", func(c *Config) { c.System.SFTP.MaxStartupsPerSource = -1 }, "system.sftp.max_startups_per_source"},
 		{"no sftp login grace", func(c *Config) { c.System.SFTP.LoginGraceTime = 0 }, "system.sftp.login_grace_time"},
+		{"zero disk check interval", func(c *Config) { c.System.DiskCheckInterval = 0 }, "system.disk_check_interval"},
+		{"zero disk walk interval", func(c *Config) { c.System.DiskWalkInterval = 0 }, "system.disk_walk_interval"},
+		{"negative entry limit", func(c *Config) { c.System.DiskEntryLimit = -1 }, "system.disk_entry_limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

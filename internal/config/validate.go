@@ -132,6 +132,7 @@ func validateSystem(c *Config, bad badFunc) {
 	if c.System.Username == "" {
 		bad("system.username", "is required")
 	}
+	validateDiskChecks(c.System, bad)
 	if f := c.System.LogFormat; f != "" && f != "text" && f != "json" {
 		bad("system.log_format", "must be text or json")
 	}
@@ -362,5 +363,21 @@ func validateSFTPLimits(s SFTP, bad badFunc) {
 		if l.v < 1 {
 			bad(l.key, "must be at least 1")
 		}
+	}
+}
+
+// validateDiskChecks checks the settings of the running servers' disk
+// limit monitor (issue 32).
+func validateDiskChecks(s System, bad badFunc) {
+	if s.DiskCheckInterval < 1 || s.DiskCheckInterval > 3600 {
+		bad("system.disk_check_interval", fmt.Sprintf("must be between 1 and 3600 (seconds), got %d", s.DiskCheckInterval))
+	}
+	// A walk interval below the check interval is taken as the check
+	// interval (a Wings configuration may carry a long check interval).
+	if s.DiskWalkInterval < 1 || s.DiskWalkInterval > 86400 {
+		bad("system.disk_walk_interval", fmt.Sprintf("must be between 1 and 86400 (seconds), got %d", s.DiskWalkInterval))
+	}
+	if s.DiskEntryLimit < 0 {
+		bad("system.disk_entry_limit", "must be 0 (no bound) or more")
 	}
 }

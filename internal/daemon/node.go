@@ -158,6 +158,7 @@ func (n *node) startServers(ctx context.Context) error {
 		return err
 	}
 	n.servers.Restore(ctx)
+	n.servers.StartDiskMonitor()
 	return nil
 }
 

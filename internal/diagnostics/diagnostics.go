@@ -14,15 +14,19 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/firewall"
+	"github.com/wharf/wharf/internal/quota"
 	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
@@ -79,6 +83,8 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		panelCheck(ctx, &b, cfg)
 		section("Disk space")
 		diskSpace(&b, cfg)
+		section("Disk limit enforcement")
+		diskEnforcement(&b, cfg)
 		section("Backups")
 		backupFormat(&b, cfg)
 		section("Tokens")
@@ -442,4 +448,58 @@ func networkIsolation(ctx context.Context, b *strings.Builder, cfg *config.Confi
 		return
 	}
 	fmt.Fprintf(b, "rules:        in place (nft list table inet %s; nft list table bridge %s)\n", firewall.TableName(info.BridgeName), firewall.TableName(info.BridgeName))
+}
+
+// diskEnforcement says how each server's disk limit is held against its
+// game's own writes (issue 32): by the kernel (project quotas) with Wharf's
+// monitor, or by the monitor alone.
+func diskEnforcement(b *strings.Builder, c *config.Config) {
+	sys := c.System
+	quotaErr := quota.Available(sys.Data)
+	kernel := sys.Quotas.Enabled && quotaErr == nil
+	switch {
+	case kernel:
+		fmt.Fprintf(b, "kernel project quotas: on (system.quotas.enabled): the filesystem refuses writes past a server's disk limit\n")
+	case quotaErr == nil:
+		fmt.Fprintf(b, "kernel project quotas: available on %s but off; recommended: set system.quotas.enabled: true\n", sys.Data)
+	default:
+		fmt.Fprintf(b, "kernel project quotas: unavailable (%v)\n", quotaErr)
+	}
+	fmt.Fprintf(b, "disk monitor: every %d s (system.disk_check_interval), full walk at least every %d s (system.disk_walk_interval), entry limit %s (system.disk_entry_limit)\n",
+		sys.DiskCheckInterval, max(sys.DiskWalkInterval, sys.DiskCheckInterval), entryLimitText(sys.DiskEntryLimit))
+	entries, err := os.ReadDir(sys.Data)
+	if err != nil {
+		fmt.Fprintf(b, "servers: %v\n", err)
+		return
+	}
+	shown := 0
+	for _, e := range entries {
+		if !e.IsDir() || uuid.Validate(e.Name()) != nil {
+			continue
+		}
+		if shown == 200 {
+			fmt.Fprintf(b, "(more servers not listed)\n")
+			break
+		}
+		shown++
+		mode := "Wharf's disk monitor"
+		if kernel {
+			if id, err := quota.ProjectOf(filepath.Join(sys.Data, e.Name())); err == nil && id != 0 {
+				mode = fmt.Sprintf("kernel quota (project %d) and Wharf's disk monitor", id)
+			} else {
+				mode = "Wharf's disk monitor (no project quota on the directory yet: set at its next sync or start)"
+			}
+		}
+		fmt.Fprintf(b, "server %s: %s\n", e.Name(), mode)
+	}
+	if shown == 0 {
+		fmt.Fprintf(b, "servers: none in %s\n", sys.Data)
+	}
+}
+
+func entryLimitText(n int64) string {
+	if n <= 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d", n)
 }

@@ -200,3 +200,43 @@ func TestReportSaysWhenNeighboursAreNotIsolated(t *testing.T) {
 		})
 	}
 }
+
+// The report says how disk limits are held: kernel quotas (unavailable on
+// a temporary directory here, and why) and the disk monitor's settings,
+// with one line per server directory.
+func TestReportSaysHowDiskLimitsAreHeld(t *testing.T) {
+	dir := t.TempDir()
+	c := config.Defaults()
+	c.UUID = "5f2e0e55-7c5b-4c4e-8d3f-2a9f6f7d3c11"
+	c.TokenID, c.Token, c.Remote = "id", "tok", "http://127.0.0.1:1"
+	c.PlaceUnder(dir)
+	c.System.Quotas.Enabled = true
+	const server = "0b8f6b7e-9f59-4bd2-8a43-5d0b1fe7c6a1"
+	for _, d := range []string{filepath.Join(c.System.Data, server), filepath.Join(c.System.Data, "not-a-server")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "config.yml")
+	if err := c.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Write(context.Background(), &out, Options{ConfigPath: path}); err != nil {
+		t.Fatal(err)
+	}
+	report := out.String()
+	for _, want := range []string{
+		"== Disk limit enforcement ==",
+		"kernel project quotas: unavailable (project quotas are not available",
+		"disk monitor: every 5 s (system.disk_check_interval), full walk at least every 150 s (system.disk_walk_interval), entry limit 500000",
+		"server " + server + ": Wharf's disk monitor",
+	} {
+		if !strings.Contains(report, want) {
+			t.Fatalf("the report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "server not-a-server") {
+		t.Fatal("a directory that is not a server's is listed")
+	}
+}

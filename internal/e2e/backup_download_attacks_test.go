@@ -302,7 +302,11 @@ func TestBackupDownloadsNodeCapAndStallTimeout(t *testing.T) {
 // loadAvg is the machine's load (figures are noted with it).
 func loadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(b))[:3], " ")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // TestBackupDownloadFigures measures, for docs/benchmarks.md, the daemon

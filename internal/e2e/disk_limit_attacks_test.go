@@ -306,7 +306,7 @@ func TestDiskUsageDeepTreeUnderDescriptorPressure(t *testing.T) {
 	s.Settings["build"] = map[string]any{"memory_limit": 128, "disk_space": 1}
 	n := startNode(t, nodeOptions{fake: true,
 		servers: []devpanel.Server{s},
-		mutate:  func(c *config.Config) { c.System.DiskCheckInterval = 1 },
+		mutate:  func(c *config.Config) { c.System.DiskCheckInterval, c.System.DiskWalkInterval = 1, 1 },
 	})
 	if err := deeptree.ChainWithFile(n.dataDir(filesServer), 2500, 5*mib); err != nil {
 		t.Fatal(err)

@@ -137,7 +137,7 @@ func portprobe(t *testing.T) string {
 
 // shellServer is a server whose game is a busybox shell reading the
 // console: what a customer who replaced the game by their own program has.
-func shellServer(t *testing.T, published int) devpanel.Server {
+func portShellServer(t *testing.T, published int) devpanel.Server {
 	t.Helper()
 	testimages.Busybox(context.Background(), t)
 	s := newGameServer(t)
@@ -282,7 +282,7 @@ func TestNeighboursAreIsolated(t *testing.T) {
 	nw := newTestNetwork(t)
 	hostIP := hostAddress(t)
 	published := freePort(t)
-	a, b := shellServer(t, 0), shellServer(t, published)
+	a, b := portShellServer(t, 0), portShellServer(t, published)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{a, b}, mutate: func(c *config.Config) {
 		nw.apply(c)
 		c.Docker.Network.EnableICC, c.Docker.Network.ICCDefaultApplied = true, true // the operator's opt-in
@@ -494,7 +494,7 @@ func TestPrivateDestinationsAreBlocked(t *testing.T) {
 	tag := strings.TrimPrefix(nw.Name, "wharf-nr-")
 	cidr, third := operatorCIDRFor(tag)
 	nw.BlockedByTests = []string{cidr}
-	a := shellServer(t, 0)
+	a := portShellServer(t, 0)
 	// The installer runs the owner's code too (an egg's npm install).
 	a.InstallScript = &devpanel.InstallScript{ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh",
 		Script: fmt.Sprintf("/mnt/server/portprobe dial installer 169.254.169.254:80 198.18.%d.10:80 198.18.%d.200:80\n", third, third)}

@@ -221,3 +221,28 @@ func tag(fd int, id uint32, dir bool) error {
 	a.projid, a.xflags = id, want
 	return setxattr(fd, a)
 }
+
+// Available reports whether the filesystem of dataDir enforces project
+// quotas (what Open checks) without keeping anything open; the error says
+// why not (wrapping ErrUnsupported).
+func Available(dataDir string) error {
+	q, err := Open(dataDir)
+	if err != nil {
+		return err
+	}
+	return q.Close()
+}
+
+// ProjectOf returns the project id the directory dir carries (0: none).
+func ProjectOf(dir string) (uint32, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer d.Close()
+	a, err := getxattr(int(d.Fd()))
+	if err != nil {
+		return 0, err
+	}
+	return a.projid, nil
+}

@@ -165,6 +165,10 @@ type State struct {
 	ExitCode  int
 	OOMKilled bool
 	StartedAt time.Time
+	// Pid is the host's process id of the container's first process while
+	// it runs, 0 when unknown (the disk monitor finds the container's
+	// processes from it).
+	Pid int
 }
 
 // Stats is one resource sample.

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 
 	"golang.org/x/sys/unix"
@@ -73,6 +74,12 @@ func (s *state) du(ctx context.Context, rel string) (int64, error) {
 
 func (s *state) duFrom(ctx context.Context, rootfd int, rel string) (int64, error) {
 	w := duWalk{seen: map[inode]struct{}{}, buf: make([]byte, 32<<10)}
+	return w.run(ctx, rootfd, rel)
+}
+
+// run walks rel (below the root rootfd) and returns the total: bytes, or
+// entries for a counting walk.
+func (w *duWalk) run(ctx context.Context, rootfd int, rel string) (int64, error) {
 	root := &duAnchor{fd: rootfd, rel: ".", refs: 1}
 	if rel != "." {
 		var st unix.Stat_t
@@ -107,16 +114,23 @@ func (s *state) duFrom(ctx context.Context, rootfd int, rel string) (int64, erro
 	return w.total, w.err
 }
 
-// duWalk is the state of one du.
+// duWalk is the state of one du, or of one count of entries (countOnly:
+// the total is the number of entries, read from the directory records
+// alone, without a stat of each).
 type duWalk struct {
-	total int64
-	seen  map[inode]struct{} // files with several links, counted once
-	buf   []byte
-	names []string
-	err   error // the first directory that could not be listed
+	countOnly bool
+	total     int64
+	seen      map[inode]struct{} // files with several links, counted once
+	buf       []byte
+	names     []string
+	err       error // the first directory that could not be listed
 }
 
 func (w *duWalk) count(st *unix.Stat_t) {
+	if w.countOnly {
+		w.total++
+		return
+	}
 	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
 		k := inode{st.Dev, st.Ino}
 		if _, dup := w.seen[k]; dup {
@@ -161,6 +175,10 @@ func (w *duWalk) list(fd int, d duDir, stack []duDir) []duDir {
 		}
 		if n <= 0 {
 			break
+		}
+		if w.countOnly {
+			stack = w.countRecords(fd, w.buf[:n], anchor, prefix, stack)
+			continue
 		}
 		_, _, w.names = unix.ParseDirent(w.buf[:n], -1, w.names[:0])
 		for _, name := range w.names {
@@ -237,4 +255,56 @@ func openEachBeneath(dirfd int, path string) (int, error) {
 		return unix.Dup(dirfd)
 	}
 	return fd, nil
+}
+
+// countRecords counts the entries of one getdents64 buffer of the
+// directory fd (parseDirent) and pushes its subdirectories: d_type says
+// which they are; only an entry of unknown type (filesystems that do not
+// fill it) costs a stat.
+func (w *duWalk) countRecords(fd int, buf []byte, anchor *duAnchor, prefix string, stack []duDir) []duDir {
+	for {
+		name, typ, n, ok := parseDirent(buf)
+		if !ok {
+			return stack
+		}
+		deleted := binary.NativeEndian.Uint64(buf) == 0 // d_ino
+		buf = buf[n:]
+		if deleted || string(name) == "." || string(name) == ".." {
+			continue
+		}
+		if typ == unix.DT_UNKNOWN {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				continue // removed since the listing
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				typ = unix.DT_DIR
+			}
+		}
+		w.total++
+		if typ == unix.DT_DIR {
+			anchor.refs++
+			stack = append(stack, duDir{anchor: anchor, path: prefix + string(name)})
+		}
+	}
+}
+
+// countEntries returns the number of entries below rel (rel itself not
+// counted), with du's walk: the same bounds on descriptors and depth,
+// never following a symbolic link, but reading only the directory
+// records. Hard links count once per name. Errors as du's.
+func (s *state) countEntries(ctx context.Context, rel string) (int64, error) {
+	rc, err := s.rootDir.SyscallConn()
+	if err != nil {
+		return 0, wrap("count", rel, err)
+	}
+	var total int64
+	var cerr error
+	if err := rc.Control(func(rootfd uintptr) {
+		w := duWalk{countOnly: true, buf: make([]byte, 32<<10)}
+		total, cerr = w.run(ctx, int(rootfd), rel)
+	}); err != nil {
+		return 0, wrap("count", rel, err)
+	}
+	return total, cerr
 }

@@ -33,6 +33,9 @@ type Manager struct {
 
 	stateMu sync.Mutex
 	states  map[string]State
+
+	monMu   sync.Mutex
+	monStop func() // stops the disk monitor and waits for it; nil when not started
 }
 
 // NewManager returns an empty manager; ctx is the node's lifetime.
@@ -344,6 +347,7 @@ func (d *Deps) removeContainer(ctx context.Context, log *slog.Logger, name strin
 // Close stops every server's goroutines at daemon shutdown. Containers keep
 // running; they are re-attached at the next boot.
 func (m *Manager) Close() {
+	m.stopDiskMonitor()
 	var wg sync.WaitGroup
 	for _, s := range m.All() {
 		wg.Go(s.close)

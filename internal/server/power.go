@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -195,10 +196,14 @@ func (s *Server) start(ctx context.Context) error {
 		if err != nil {
 			s.log.Warn("disk usage walk failed", "error", err)
 		}
+		s.markDiskWalked(s.deps.now())
 		if limit < 0 || used > limit {
 			s.daemonMessage("Server is out of disk space: it cannot be started.")
 			return ErrDiskSpace
 		}
+	}
+	if err := s.checkEntries(ctx); err != nil {
+		return err
 	}
 	s.updateConfigurationFiles(ctx, def)
 	if s.deps.Config.Get().System.CheckPermissionsOnBoot {
@@ -225,6 +230,28 @@ func (s *Server) start(ctx context.Context) error {
 		}
 		s.setState(Offline)
 		return err
+	}
+	return nil
+}
+
+// checkEntries refuses to start a server whose directory holds more
+// entries than system.disk_entry_limit: the disk monitor would stop it at
+// its first check.
+func (s *Server) checkEntries(ctx context.Context) error {
+	most := s.deps.Config.Get().System.DiskEntryLimit
+	if most <= 0 {
+		return nil
+	}
+	n, err := s.files.CountEntries(ctx)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	if err != nil {
+		s.log.Warn("counting the server's entries failed", "error", err)
+	}
+	if n > most {
+		s.daemonMessage(fmt.Sprintf("Server holds %d files and directories, more than this node allows (%d): it cannot be started.", n, most))
+		return ErrDiskSpace
 	}
 	return nil
 }
@@ -287,11 +314,13 @@ func (s *Server) stopTimeout() time.Duration {
 // stop stops the process with its configured stop method (a console
 // command, a signal, or the engine's stop) and waits for it to exit; when it
 // has not exited after the stop timeout, it is killed.
-func (s *Server) stop(ctx context.Context) error {
+func (s *Server) stop(ctx context.Context) error { return s.stopWithin(ctx, s.stopTimeout()) }
+
+// stopWithin is stop with the time the process is given before the kill.
+func (s *Server) stopWithin(ctx context.Context, timeout time.Duration) error {
 	if s.State() == Offline {
 		return nil
 	}
-	timeout := s.stopTimeout()
 	deadline := time.Now().Add(timeout)
 	s.expectedExit.Store(true)
 	s.setState(Stopping)

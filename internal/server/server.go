@@ -276,9 +276,12 @@ func (s *Server) Details() Details {
 }
 
 // maybeRefreshDisk refreshes the cached disk usage in the background when it
-// is older than system.disk_check_interval; a read never waits for a walk.
+// is older than system.disk_walk_interval (or system.disk_check_interval
+// when longer); a read never waits for a walk. A running server is held to
+// its limit by the disk monitor (diskmon.go), whose walks count here too.
 func (s *Server) maybeRefreshDisk() {
-	interval := time.Duration(s.deps.Config.Get().System.DiskCheckInterval) * time.Second
+	sys := s.deps.Config.Get().System
+	interval := time.Duration(max(sys.DiskWalkInterval, sys.DiskCheckInterval)) * time.Second
 	s.diskMu.Lock()
 	defer s.diskMu.Unlock()
 	if s.diskInFlight || (!s.diskRefresh.IsZero() && s.deps.now().Sub(s.diskRefresh) < interval) || s.ctx.Err() != nil {

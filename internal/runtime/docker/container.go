@@ -362,6 +362,7 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, erro
 		st.Running = info.State.Running
 		st.ExitCode = info.State.ExitCode
 		st.OOMKilled = info.State.OOMKilled
+		st.Pid = info.State.Pid
 		if t, err := time.Parse(time.RFC3339Nano, info.State.StartedAt); err == nil && t.Year() > 1 {
 			st.StartedAt = t
 		}
