@@ -50,6 +50,7 @@ type ExtractResult struct {
 	Files    int64
 	Dirs     int64
 	Symlinks int64
+	Links    int64 // hard links made (counted in Files too)
 	Bytes    int64 // file bytes written
 	Skipped  int64 // device, FIFO and unknown entries left out
 	Verified bool  // the integrity entry was found and every file matched
@@ -63,9 +64,11 @@ type extractor struct {
 	buf     []byte
 	h       hash.Hash
 	sums    *spool
-	links   map[string]bool   // symbolic links made by this archive
-	stack   *sandbox.DirStack // the open directories down to the current entry
-	dirMeta []dirMeta         // modes and times applied at the end
+	tap     *tap
+	made    map[inode]struct{} // regular files written by this archive (hard-link targets)
+	links   map[string]bool    // symbolic links made by this archive
+	stack   *sandbox.DirStack  // the open directories down to the current entry
+	dirMeta []dirMeta          // modes and times applied at the end
 	res     ExtractResult
 	manOK   bool
 }
@@ -118,6 +121,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		h:     sha1.New(),
 		sums:  &spool{dir: opts.TempDir},
 		links: map[string]bool{},
+		made:  map[inode]struct{}{},
 	}
 	defer x.sums.Close()
 	if x.stack, err = newDirStack(x); err != nil {
@@ -129,13 +133,16 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
 		x.buf = x.buf[:min(len(x.buf), burst)]
 	}
-	rd := newStreamReader(in)
+	x.tap = &tap{r: in}
+	rd := newStreamReader(x.tap)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
 		}
+		x.tap.start()
 		hdr, err := rd.next()
+		x.tap.stop()
 		if (err == io.EOF || hdr != nil) && first {
 			first = false
 			if opts.Ready != nil {
@@ -223,6 +230,9 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 			return x.unsafe(hdr.Name)
 		}
 		x.onEntry(rel)
+		if isSparse10(hdr) {
+			return x.sparseFile(rel, hdr)
+		}
 		return x.file(rel, hdr, tr)
 	case tar.TypeSymlink:
 		if rel == "." {
@@ -240,6 +250,9 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	default:
 		// Devices, FIFOs and anything unknown are never created.
 		x.res.Skipped++
+		if isSparse10(hdr) {
+			return x.skipSparse(hdr)
+		}
 		return nil
 	}
 }
@@ -364,7 +377,6 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	existed := old >= 0
 	if !x.opts.NoManifest {
 		x.h.Reset()
 		r = io.TeeReader(r, x.h)
@@ -379,8 +391,18 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 			err = x.wrap(rel, terr)
 		}
 	}
+	return x.closeFile(f, d, rel, base, hdr, mode, old >= 0, n, err)
+}
+
+// closeFile ends the extraction of a regular file written through f
+// (n bytes, err the first error so far): its times, its mode when it
+// existed before, its line for the integrity check, the counts.
+func (x *extractor) closeFile(f *sandbox.File, d *sandbox.Dir, rel, base string, hdr *tar.Header, mode fs.FileMode, existed bool, n int64, err error) error {
 	if err == nil {
 		err = x.wrap(rel, f.SetTimes(hdr.ModTime, hdr.ModTime))
+	}
+	if err == nil {
+		x.remember(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = x.wrap(rel, cerr)
@@ -445,33 +467,6 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	x.links[rel] = true
 	_ = d.Lchtimes(base, hdr.ModTime, hdr.ModTime)
 	x.res.Symlinks++
-	return nil
-}
-
-// hardlink stores a copy of an earlier regular file of the archive (the
-// sandbox gives out no hard links). The target is found from the root: a
-// hard link costs a walk of its target's depth.
-func (x *extractor) hardlink(rel, target string, hdr *tar.Header) error {
-	fi, err := x.dst.Lstat(target)
-	if err != nil || !fi.Mode().IsRegular() {
-		return x.unsafe(hdr.Name)
-	}
-	d, base, err := x.parent(rel)
-	if err != nil {
-		return err
-	}
-	if rel == target {
-		return nil
-	}
-	if _, err := x.clear(d, rel, base, false, false); err != nil {
-		return err
-	}
-	if err := x.dst.Copy(target, rel); err != nil {
-		return x.wrap(rel, err)
-	}
-	delete(x.links, rel)
-	_ = d.Lchtimes(base, fi.ModTime(), fi.ModTime())
-	x.res.Files++
 	return nil
 }
 
