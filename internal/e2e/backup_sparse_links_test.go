@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wharf/wharf/internal/devpanel"
+)
+
+// Issue 33, items 5 and 6: a game that makes one 8 TiB sparse file (1 MiB
+// of data) and one 4 MiB file with 127 more names, under a 32 MiB disk
+// limit.
+const (
+	sparseApparent = 8 << 40
+	linkedNames    = 128
+)
+
+// sparseLinksNode starts a node (in-memory runtime) with one server of a
+// fresh UUID limited to 32 MiB, whose directory holds what the game wrote:
+// big.img (8 TiB, 1 MiB of random data at 4 TiB) and links/n0…n127 (one
+// 4 MiB random file). It returns the node, the server and the data.
+func sparseLinksNode(t *testing.T) (*node, string, []byte, []byte) {
+	t.Helper()
+	id := uuid.NewString()
+	s := gameServer(id)
+	s.Settings["build"] = map[string]any{"memory_limit": 128, "swap": 0, "cpu_limit": 100, "disk_space": 32}
+	n := startNode(t, nodeOptions{fake: true, servers: []devpanel.Server{s}})
+	dir := n.serverDir(id)
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	f, err := os.Create(filepath.Join(dir, "big.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(sparseApparent); err != nil {
+		f.Close()
+		t.Skipf("the filesystem cannot make an 8 TiB sparse file: %v", err)
+	}
+	if _, err := f.WriteAt(data, sparseApparent/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	content := make([]byte, 4<<20)
+	rand.Read(content)
+	if err := os.MkdirAll(filepath.Join(dir, "links"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := filepath.Join(dir, "links", "n0")
+	if err := os.WriteFile(first, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < linkedNames; i++ {
+		if err := os.Link(first, filepath.Join(dir, "links", fmt.Sprintf("n%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Controls: the file really is 8 TiB and holds ~1 MiB; the names
+	// really share one inode.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "big.img"), &st); err != nil || st.Size != sparseApparent || st.Blocks*512 > 2<<20 {
+		t.Fatalf("control: big.img size %d, %d bytes allocated (%v)", st.Size, st.Blocks*512, err)
+	}
+	if err := syscall.Stat(first, &st); err != nil || st.Nlink != linkedNames {
+		t.Fatalf("control: %d names share the file (%v)", st.Nlink, err)
+	}
+	return n, id, data, content
+}
+
+// checkSparseAndLinks checks a restored tree: big.img is 8 TiB with the
+// data at 4 TiB and no more than ~1 MiB allocated; the 128 names hold the
+// content and, where the filesystem allows it, share one inode.
+func checkSparseAndLinks(t *testing.T, dir string, data, content []byte) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "big.img"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != sparseApparent || st.Blocks*512 > 2<<20 {
+		t.Fatalf("restored big.img: size %d, %d bytes allocated", st.Size, st.Blocks*512)
+	}
+	f, err := os.Open(filepath.Join(dir, "big.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(data)+8192)
+	if _, err := f.ReadAt(got, sparseApparent/2-4096); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[4096:4096+len(data)], data) || !bytes.Equal(got[:4096], make([]byte, 4096)) || !bytes.Equal(got[4096+len(data):], make([]byte, 4096)) {
+		t.Fatal("restored big.img: the data at 4 TiB (or the holes around it) differ")
+	}
+	var ino uint64
+	for i := range linkedNames {
+		p := filepath.Join(dir, "links", fmt.Sprintf("n%d", i))
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(b, content) {
+			t.Fatalf("restored %s: %d bytes, %v", p, len(b), err)
+		}
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			ino = st.Ino
+		} else if st.Ino != ino {
+			t.Fatalf("restored links/n%d is not a hard link of links/n0", i)
+		}
+	}
+}
+
+// TestBackupSparseAndHardLinksAttack: the backup of such a tree completes
+// in seconds as an archive of ~5 MiB (before: 8 TiB of zeros to read, an
+// estimated 5 hours, and 512 MiB for the names), lists the file as a
+// sparse entry and the 127 names as link entries, and restores (emptying
+// the directory first) under the 32 MiB limit to the same tree: a sparse
+// file with the data at its place, 128 names of one inode. The compress of
+// the same files gives an archive of the same size.
+func TestBackupSparseAndHardLinksAttack(t *testing.T) {
+	t.Parallel()
+	n, srv, data, content := sparseLinksNode(t)
+	dir := n.serverDir(srv)
+	id := newBackupID()
+	start := time.Now()
+	res, body := n.request("POST", "/api/servers/"+srv+"/backup", map[string]any{"adapter": "local", "uuid": id}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	st := n.waitBackupStatus(id, 90*time.Second)
+	t.Logf("backup reported after %s: %d bytes", time.Since(start).Round(time.Millisecond), st.Size)
+	if !st.Successful {
+		t.Fatalf("backup failed\n%s", n.log)
+	}
+	if st.Size > 8<<20 {
+		t.Fatalf("the archive is %d bytes for 5 MiB of data", st.Size)
+	}
+	path := filepath.Join(n.Config.System.BackupDirectory, srv, id+".tar.gz")
+	if _, err := os.Stat(path); err != nil {
+		path = filepath.Join(n.Config.System.BackupDirectory, id+".tar.gz")
+	}
+	hdrs := archiveNames(t, path)
+	if h := hdrs["big.img"]; h == nil || h.Size != sparseApparent || h.PAXRecords["GNU.sparse.major"] != "1" {
+		t.Fatalf("big.img in the archive: %+v", h)
+	}
+	links := 0
+	for i := range linkedNames {
+		h := hdrs[fmt.Sprintf("links/n%d", i)]
+		if h == nil {
+			t.Fatalf("links/n%d missing from the archive", i)
+		}
+		if h.Typeflag == tar.TypeLink {
+			links++
+		}
+	}
+	if links != linkedNames-1 {
+		t.Fatalf("%d link entries, want %d", links, linkedNames-1)
+	}
+
+	res, body = n.request("POST", "/api/servers/"+srv+"/backup/"+id+"/restore", map[string]any{"adapter": "local", "truncate_directory": true}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("restore: %d %s", res.StatusCode, body)
+	}
+	if !n.waitRestoreStatus(id, 90*time.Second) {
+		t.Fatalf("restore failed\n%s", n.log)
+	}
+	checkSparseAndLinks(t, dir, data, content)
+
+	res, body = n.request("POST", "/api/servers/"+srv+"/files/compress", map[string]any{"root": "/", "files": []string{"big.img", "links"}, "name": "both", "extension": "tar.gz"}, "")
+	if res.StatusCode != 200 {
+		t.Fatalf("compress: %d %s", res.StatusCode, body)
+	}
+	var stat struct {
+		Name string `json:"name"`
+		Size int64  `json:"size"`
+	}
+	if err := json.Unmarshal(body, &stat); err != nil {
+		t.Fatal(err)
+	}
+	if stat.Size > 8<<20 {
+		t.Fatalf("the compressed archive %s is %d bytes", stat.Name, stat.Size)
+	}
+	n.assertAnswersEveryFace(t, srv)
+}
