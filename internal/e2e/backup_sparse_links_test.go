@@ -29,7 +29,7 @@ const (
 // fresh UUID limited to 32 MiB, whose directory holds what the game wrote:
 // big.img (8 TiB, 1 MiB of random data at 4 TiB) and links/n0…n127 (one
 // 4 MiB random file). It returns the node, the server and the data.
-func sparseLinksNode(t *testing.T) (*node, string, []byte, []byte) {
+func sparseLinksNode(t testing.TB) (*node, string, []byte, []byte) {
 	t.Helper()
 	id := uuid.NewString()
 	s := gameServer(id)
