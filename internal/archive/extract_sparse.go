@@ -58,10 +58,10 @@ func isSparse10(hdr *tar.Header) bool {
 	return hdr.PAXRecords["GNU.sparse.major"] == "1" && hdr.PAXRecords["GNU.sparse.minor"] == "0"
 }
 
-// sparseLayout returns the fragments of the sparse 1.0 entry just read and
-// the bytes of data that follow its map.
-func (x *extractor) sparseLayout(hdr *tar.Header) ([]frag, int64, error) {
-	frags, mapBlocks, sizeField, err := sparseTail(x.tap.rec, hdr.Size)
+// sparseLayout returns the fragments of the sparse 1.0 entry hdr that the
+// tar reader just read from t and the bytes of data that follow its map.
+func sparseLayout(t *tap, hdr *tar.Header) ([]frag, int64, error) {
+	frags, mapBlocks, sizeField, err := sparseTail(t.rec, hdr.Size)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -81,7 +81,7 @@ func (x *extractor) sparseLayout(hdr *tar.Header) ([]frag, int64, error) {
 // skipSparse passes over a sparse 1.0 entry that is not extracted (an
 // unknown type) without expanding its holes.
 func (x *extractor) skipSparse(hdr *tar.Header) error {
-	_, data, err := x.sparseLayout(hdr)
+	_, data, err := sparseLayout(x.tap, hdr)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, hdr.Name, err)
 	}
@@ -98,7 +98,7 @@ func (x *extractor) skipSparse(hdr *tar.Header) error {
 // allocate. The integrity entry's hash is that of the map's text followed
 // by the data (as Write computes it).
 func (x *extractor) sparseFile(rel string, hdr *tar.Header) error {
-	frags, _, err := x.sparseLayout(hdr)
+	frags, _, err := sparseLayout(x.tap, hdr)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, rel, err)
 	}

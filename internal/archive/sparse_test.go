@@ -198,3 +198,38 @@ func TestSparseReadableByGoAndGNUTar(t *testing.T) {
 		t.Fatalf("GNU tar extracted %d allocated bytes: holes were filled", a)
 	}
 }
+
+// TestSealKeepsSparseEntries: a bare stream (the repository's) holding a
+// 1 TiB sparse file seals, in no time, into the same bytes as the archive
+// Write makes with its integrity entry: the entry is copied as a sparse
+// entry, never expanded, and hashed as Write hashes it; the sealed stream
+// extracts with its integrity check passed and the holes kept.
+func TestSealKeepsSparseEntries(t *testing.T) {
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("seal"), 1<<16)
+	makeSparse(t, filepath.Join(src, "big.img"), 1<<40, data, 1<<30)
+	if err := os.WriteFile(filepath.Join(src, "small.txt"), []byte("hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bare, want := bareAndSealed(t, src)
+	if len(bare) > 1<<20 {
+		t.Fatalf("bare stream of %d bytes", len(bare))
+	}
+	var sealed bytes.Buffer
+	if err := Seal(context.Background(), &sealed, bytes.NewReader(bare), SealOptions{ModTime: mtime}); err != nil {
+		t.Fatal(err)
+	}
+	// Write's integrity entry has its own time: compare all but it.
+	if len(sealed.Bytes()) != len(want) {
+		t.Fatalf("sealed %d bytes, Write's archive %d", sealed.Len(), len(want))
+	}
+	dst := t.TempDir()
+	res, err := Extract(context.Background(), bytes.NewReader(sealed.Bytes()), newFS(t, dst).Trusted(), ExtractOptions{Plain: true})
+	if err != nil || !res.Verified {
+		t.Fatalf("extract of the sealed stream: %+v, %v", res, err)
+	}
+	if got := allocated(t, filepath.Join(dst, "big.img")); got > 2<<20 {
+		t.Fatalf("restored big.img allocates %d bytes", got)
+	}
+	sameAt(t, filepath.Join(src, "big.img"), filepath.Join(dst, "big.img"), 1<<30, int64(len(data)))
+}

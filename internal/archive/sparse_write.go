@@ -50,17 +50,28 @@ func sparseFrags(f *sandbox.File, fi fs.FileInfo) (frags []frag, ok bool) {
 // is the next backup's). The integrity entry's hash of a sparse file is
 // that of its map's text followed by its data.
 func (wr *writer) writeSparse(ctx context.Context, f *sandbox.File, hdr *tar.Header, frags []frag, fi fs.FileInfo) error {
+	if err := wr.tw.Flush(); err != nil {
+		return err
+	}
+	data, err := wr.sparseEntry(ctx, f, hdr, frags)
+	if err != nil {
+		return err
+	}
+	return wr.fileDone(hdr.Name, fi, data)
+}
+
+// sparseEntry writes the whole sparse entry of f (headers, map, data,
+// padding) to the archive's stream, hashing the map's text and the data
+// into wr.fileHash with an integrity entry; it returns the data's bytes.
+func (wr *writer) sparseEntry(ctx context.Context, f *sandbox.File, hdr *tar.Header, frags []frag) (int64, error) {
 	frags = withEnd(frags, hdr.Size)
 	mapText := formatMap(frags)
 	mapLen := int64(len(mapText)+511) &^ 511
 	data := dataBytes(frags)
 	physical := mapLen + data
-	if err := wr.tw.Flush(); err != nil {
-		return err
-	}
 	head := sparseHeader(hdr.Name, hdr.Mode, hdr.ModTime.Unix(), hdr.Size, physical)
 	if _, err := wr.sink.Write(head); err != nil {
-		return err
+		return 0, err
 	}
 	var dst io.Writer = wr.sink
 	if wr.man != nil {
@@ -68,22 +79,22 @@ func (wr *writer) writeSparse(ctx context.Context, f *sandbox.File, hdr *tar.Hea
 		dst = io.MultiWriter(wr.sink, wr.fileHash)
 	}
 	if _, err := dst.Write(mapText); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := wr.sink.Write(make([]byte, mapLen-int64(len(mapText)))); err != nil {
-		return err
+		return 0, err
 	}
 	for _, fr := range frags {
 		if err := wr.copyFrag(ctx, dst, f, fr); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if pad := -physical & 511; pad > 0 {
 		if _, err := wr.sink.Write(make([]byte, pad)); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return wr.fileDone(hdr.Name, fi, data)
+	return data, nil
 }
 
 // copyFrag copies one fragment of f to dst, padded with zeros when the

@@ -553,7 +553,13 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	if err := wr.tw.Flush(); err != nil {
 		return err
 	}
+	// A later name of a file stored already is a link entry (issue 33
+	// item 6): its content is not chunked again under another header.
+	if done, err := wr.writeLink(rel, fi); done || err != nil {
+		return err
+	}
 	if sum, ok := hook.Reuse(rel, fi); ok {
+		wr.rememberLink(rel, fi)
 		wr.res.Files++
 		if wr.man != nil {
 			if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
@@ -580,9 +586,46 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	hdr := header(rel, fi)
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = fi.Size()
+	frags, sparse := sparseFrags(f, fi)
 	if err := hook.Begin(rel); err != nil {
 		return err
 	}
+	input := hdr.Size
+	if sparse {
+		// Holes stay holes in the repository too (issue 33 item 5).
+		if input, err = wr.sparseEntry(ctx, f, hdr, frags); err != nil {
+			return err
+		}
+	} else if err := wr.denseEntry(ctx, f, hdr); err != nil {
+		return err
+	}
+	var sum []byte
+	if wr.man != nil {
+		sum = wr.fileHash.Sum(nil)
+	}
+	wr.rememberLink(rel, fi)
+	// A file written to while it was read may hold a mix: never reuse it.
+	after, err := f.Stat()
+	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {
+		fi = nil
+	}
+	if err := hook.End(rel, fi, sum); err != nil {
+		return err
+	}
+	wr.res.Files++
+	wr.res.Input += input
+	if wr.man != nil {
+		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// denseEntry writes the whole entry of f (header, content, padding) to the
+// archive's stream, bypassing the tar writer, hashing the content into
+// wr.fileHash with an integrity entry.
+func (wr *writer) denseEntry(ctx context.Context, f *sandbox.File, hdr *tar.Header) error {
 	// A tar writer of its own encodes the header (PAX records included);
 	// it is never closed, so it writes no end marker.
 	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
@@ -608,30 +651,9 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 		}
 	}
 	if pad := -hdr.Size & 511; pad > 0 {
-		if _, err := wr.sink.Write(make([]byte, pad)); err != nil {
-			return err
-		}
+		_, err = wr.sink.Write(make([]byte, pad))
 	}
-	var sum []byte
-	if wr.man != nil {
-		sum = wr.fileHash.Sum(nil)
-	}
-	// A file written to while it was read may hold a mix: never reuse it.
-	after, err := f.Stat()
-	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {
-		fi = nil
-	}
-	if err := hook.End(rel, fi, sum); err != nil {
-		return err
-	}
-	wr.res.Files++
-	wr.res.Input += hdr.Size
-	if wr.man != nil {
-		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // ctimeOf is the inode change time in nanoseconds, 0 when unknown.
