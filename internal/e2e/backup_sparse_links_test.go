@@ -41,7 +41,15 @@ func sparseLinksNode(t testing.TB, mutate ...func(*config.Config)) (*node, strin
 		opts.mutate = mutate[0]
 	}
 	n := startNode(t, opts)
-	dir := n.serverDir(id)
+	data, content := writeSparseAndLinks(t, n.serverDir(id))
+	return n, id, data, content
+}
+
+// writeSparseAndLinks writes, as the game would, big.img and links/n0…n127
+// into dir and checks the controls; it returns the data at 4 TiB and the
+// linked file's content.
+func writeSparseAndLinks(t testing.TB, dir string) ([]byte, []byte) {
+	t.Helper()
 	data := make([]byte, 1<<20)
 	rand.Read(data)
 	f, err := os.Create(filepath.Join(dir, "big.img"))
@@ -79,7 +87,7 @@ func sparseLinksNode(t testing.TB, mutate ...func(*config.Config)) (*node, strin
 	if err := syscall.Stat(first, &st); err != nil || st.Nlink != linkedNames {
 		t.Fatalf("control: %d names share the file (%v)", st.Nlink, err)
 	}
-	return n, id, data, content
+	return data, content
 }
 
 // checkSparseAndLinks checks a restored tree: big.img is 8 TiB with the
@@ -240,4 +248,23 @@ func TestBackupRepositorySparseAttack(t *testing.T) {
 	if h := hdrs["big.img"]; h == nil || h.Size != sparseApparent || h.PAXRecords["GNU.sparse.major"] != "1" {
 		t.Fatalf("big.img in the download: %+v", h)
 	}
+}
+
+// TestTransferSparseAndHardLinks: a classic transfer of the tree to a node
+// where the server is limited to 32 MiB completes (before: 8 TiB of zeros
+// to read and send, and 512 MiB of names over the target's limit), and the
+// target holds the sparse file with its holes and the 128 names as one
+// inode.
+func TestTransferSparseAndHardLinks(t *testing.T) {
+	parallelDocker(t)
+	id := uuid.NewString()
+	s := transferServer(t, id)
+	s.Settings["build"] = map[string]any{"memory_limit": 128, "swap": 0, "cpu_limit": 100, "disk_space": 32}
+	c := startCluster(t, []devpanel.Server{s}, nil)
+	data, content := writeSparseAndLinks(t, c.Source.dataDir(id))
+	start := time.Now()
+	c.startTransfer(id)
+	c.waitReports(c.Target, id, []string{"success"}, 120*time.Second)
+	t.Logf("transfer reported after %s", time.Since(start).Round(time.Millisecond))
+	checkSparseAndLinks(t, c.Target.dataDir(id), data, content)
 }
