@@ -129,3 +129,39 @@ func FuzzSparseRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// sparseSeeds are tar streams with sparse entries for FuzzExtractTar: a
+// sparse file and a hard link to it, one whose name leads out, and one
+// whose map claims more data than the entry holds.
+func sparseSeeds(t testing.TB) [][]byte {
+	entry := func(name string, size int64, frags []frag, data []byte) []byte {
+		text := formatMap(frags)
+		mapLen := int64(len(text)+511) &^ 511
+		physical := mapLen + int64(len(data))
+		out := sparseHeader(name, 0o644, 1600000000, size, physical)
+		out = append(out, text...)
+		out = append(out, make([]byte, mapLen-int64(len(text)))...)
+		out = append(out, data...)
+		return append(out, make([]byte, -physical&511)...)
+	}
+	closeWith := func(raw []byte, hdrs ...*tar.Header) []byte {
+		buf := bytes.NewBuffer(raw)
+		tw := tar.NewWriter(buf)
+		for _, h := range hdrs {
+			if err := tw.WriteHeader(h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	data := bytes.Repeat([]byte("d"), 100)
+	return [][]byte{
+		closeWith(entry("s.img", 1<<20, []frag{{4096, 100}, {1 << 20, 0}}, data),
+			&tar.Header{Typeflag: tar.TypeLink, Name: "h", Linkname: "s.img", Mode: 0o644}),
+		closeWith(entry("../s.img", 1<<20, []frag{{0, 100}}, data)),
+		closeWith(entry("short.img", 1<<40, []frag{{0, 100}, {1 << 30, 1 << 20}}, data)),
+	}
+}
