@@ -215,7 +215,14 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	if !ok {
 		return x.unsafe(hdr.Name)
 	}
+	if otherSparse(hdr) {
+		// Go's reader would expand its holes as zeros, free to send.
+		return fmt.Errorf("%w: %s: a sparse entry of a format other than GNU 1.0", ErrCorrupt, hdr.Name)
+	}
 	if rel == ManifestName && hdr.Typeflag == tar.TypeReg && !x.opts.NoManifest {
+		if isSparse10(hdr) {
+			return fmt.Errorf("%w: a sparse %s", ErrChecksumMismatch, ManifestName)
+		}
 		return x.verify(tr)
 	}
 	switch hdr.Typeflag {

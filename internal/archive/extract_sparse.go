@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"strconv"
+	"strings"
 )
 
 // tap sits between the decompressed stream and the tar reader. It keeps
@@ -56,6 +57,22 @@ func (d direct) Read(p []byte) (int, error) { return d.t.r.Read(p) }
 // isSparse10 reports whether hdr is a GNU sparse entry of format 1.0.
 func isSparse10(hdr *tar.Header) bool {
 	return hdr.PAXRecords["GNU.sparse.major"] == "1" && hdr.PAXRecords["GNU.sparse.minor"] == "0"
+}
+
+// otherSparse reports whether hdr is a sparse entry of the GNU PAX formats
+// 0.0 or 0.1 (whose holes Go's reader expands as zeros): Extract refuses
+// them. The old GNU format (type 'S') is skipped as an unknown type, its
+// data passed over unexpanded.
+func otherSparse(hdr *tar.Header) bool {
+	if isSparse10(hdr) {
+		return false
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
 }
 
 // sparseLayout returns the fragments of the sparse 1.0 entry hdr that the

@@ -3,6 +3,9 @@ package archive
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
 	"io"
 	"testing"
 )
@@ -163,5 +166,37 @@ func sparseSeeds(t testing.TB) [][]byte {
 			&tar.Header{Typeflag: tar.TypeLink, Name: "h", Linkname: "s.img", Mode: 0o644}),
 		closeWith(entry("../s.img", 1<<20, []frag{{0, 100}}, data)),
 		closeWith(entry("short.img", 1<<40, []frag{{0, 100}, {1 << 30, 1 << 20}}, data)),
+	}
+}
+
+// TestExtractRefusesFreeZeros: sparse entries whose holes Extract would
+// have to write or read as zeros are refused at once: a GNU 0.1 sparse
+// entry of 1 TiB (Go's reader expands it), and an integrity entry made
+// sparse (its check would read 1 TiB of zeros as one line). Control: the
+// same 0.1 entry is 1 TiB to Go's reader.
+func TestExtractRefusesFreeZeros(t *testing.T) {
+	var raw bytes.Buffer
+	recs := paxRecord(nil, "GNU.sparse.size", "1099511627776")
+	recs = paxRecord(recs, "GNU.sparse.numblocks", "1")
+	recs = paxRecord(recs, "GNU.sparse.map", "0,1")
+	raw.Write(ustarBlock("PaxHeaders.0/big", 0o644, 1600000000, int64(len(recs)), 'x'))
+	raw.Write(recs)
+	raw.Write(make([]byte, -len(recs)&511))
+	raw.Write(ustarBlock("big", 0o644, 1600000000, 1, '0'))
+	raw.Write(append([]byte("x"), make([]byte, 511+1024)...))
+	hdr, err := tar.NewReader(bytes.NewReader(raw.Bytes())).Next()
+	if err != nil || hdr.Size != 1<<40 {
+		t.Fatalf("control: Go's reader sees %+v, %v", hdr, err)
+	}
+	manifest := append(sparseHeader(ManifestName, 0o644, 1600000000, 1<<40, 512), append([]byte("0\n"), make([]byte, 510+1024)...)...)
+	for name, stream := range map[string][]byte{"0.1": raw.Bytes(), "manifest": manifest} {
+		var gz bytes.Buffer
+		w := gzip.NewWriter(&gz)
+		w.Write(stream)
+		w.Close()
+		_, err := Extract(context.Background(), &gz, newFS(t, t.TempDir()).Trusted(), ExtractOptions{})
+		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrChecksumMismatch) {
+			t.Errorf("%s: Extract = %v, want a refusal", name, err)
+		}
 	}
 }
