@@ -85,8 +85,11 @@ type dirMeta struct {
 // permissions are kept without setuid, setgid and sticky bits;
 // modification times are restored (directories' last). Entries whose name
 // is absolute, contains "..", or lies below a symbolic link of the archive,
-// and hard links to such names, stop the extraction with ErrUnsafeEntry;
-// device, FIFO and unknown entries are skipped. A read error of the stream
+// and hard links to such names or to anything but a regular file this
+// extraction wrote, stop the extraction with ErrUnsafeEntry; other hard
+// links are made as hard links (extract_links.go), sparse entries with
+// their holes (extract_sparse.go); device, FIFO and unknown entries are
+// skipped. A read error of the stream
 // is ErrCorrupt. When the archive ends with the integrity entry every
 // extracted file is checked against it (ErrChecksumMismatch), and the entry
 // itself is not written. dst should be the Trusted view of the server's
