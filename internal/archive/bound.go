@@ -55,6 +55,7 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 	}
 	ign := NewIgnore(opts.Ignore)
 	var tarSize int64 = fixedOverhead
+	seen := map[inode]struct{}{} // files with several names, counted once
 	err := src.WalkContext(ctx, dir, func(full string, d fs.DirEntry, err error) error {
 		rel := full
 		if dir != "." {
@@ -93,6 +94,12 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 				return vanishedIsNil(err)
 			}
 			stored := storedBound(fi)
+			if id, ok := multiLinked(fi); ok && len(seen) < maxLinkNames {
+				if _, again := seen[id]; again {
+					stored = 0 // a link entry (links.go): its header only
+				}
+				seen[id] = struct{}{}
+			}
 			if stored > MaxBound-tarSize {
 				return fmt.Errorf("%w: %s alone is %d bytes", ErrBoundTooLarge, rel, stored)
 			}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/objectstore"
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
@@ -267,4 +269,62 @@ func TestTransferSparseAndHardLinks(t *testing.T) {
 	c.waitReports(c.Target, id, []string{"success"}, 120*time.Second)
 	t.Logf("transfer reported after %s", time.Since(start).Round(time.Millisecond))
 	checkSparseAndLinks(t, c.Target.dataDir(id), data, content)
+}
+
+// TestBackupObjectStoreSparseAndLinks: an object-store backup of the tree
+// asks the panel for part URLs for a few MiB (before: the 8 TiB counted
+// whole in the bound, which refused the backup at once) and uploads a
+// ~5 MiB object (before: 512 MiB for the names) holding the sparse entry
+// and the link entries.
+func TestBackupObjectStoreSparseAndLinks(t *testing.T) {
+	t.Parallel()
+	store := objectstore.Start(t)
+	n, srv, _, _ := sparseLinksNode(t)
+	id := newBackupID()
+	var upload *objectstore.Upload
+	var asked int64
+	n.Panel.SetBackupUploadURLs(func(backup string, size int64) ([]string, int64, error) {
+		u, err := store.NewUpload(context.Background(), backup+".tar.gz", 5<<20)
+		if err != nil {
+			return nil, 0, err
+		}
+		upload, asked = u, size
+		urls, err := u.PartURLs(context.Background(), size)
+		return urls, u.PartSize, err
+	})
+	res, body := n.request("POST", "/api/servers/"+srv+"/backup", map[string]any{"adapter": "s3", "uuid": id}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	st := n.waitBackupStatus(id, 90*time.Second)
+	t.Logf("asked for %d bytes of part URLs, uploaded %d", asked, st.Size)
+	if !st.Successful {
+		t.Fatalf("backup failed\n%s", n.log)
+	}
+	if asked > 64<<20 || st.Size > 8<<20 {
+		t.Fatalf("bound %d, object %d bytes", asked, st.Size)
+	}
+	etags := make([]string, len(st.Parts))
+	for i, raw := range st.Parts {
+		var p map[string]any
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		etags[i], _ = p["etag"].(string)
+	}
+	if err := upload.Complete(context.Background(), etags); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := store.Get(context.Background(), id+".tar.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	hdrs := tree.Headers(t, obj)
+	if h := hdrs["big.img"]; h == nil || h.Size != sparseApparent || h.PAXRecords["GNU.sparse.major"] != "1" {
+		t.Fatalf("big.img in the object: %+v", h)
+	}
+	if h := hdrs["links/n127"]; h == nil || h.Typeflag != tar.TypeLink || h.Linkname != "links/n0" {
+		t.Fatalf("links/n127 in the object: %+v", h)
+	}
 }
