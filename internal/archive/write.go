@@ -71,7 +71,9 @@ type WriteOptions struct {
 
 // FileHook sees each regular file's entry (header, content, padding) of
 // the tar stream as one piece, and may supply an unchanged file's entry
-// without Write opening the file.
+// without Write opening the file. A file with holes is a sparse entry
+// (headers, map, data ranges, padding: sparse.go); a later name of a file
+// already stored is a link entry in the tree trailer, not seen by the hook.
 type FileHook interface {
 	// Reuse is called with the file's lstat before it is opened. When it
 	// returns ok, the hook has put the file's whole entry into the stream
