@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"syscall"
 
 	"github.com/wharf/wharf/internal/sandbox"
 )
@@ -30,9 +31,8 @@ const (
 )
 
 // MaxBound is the largest bound SizeBound returns: 5 TiB, the largest
-// object S3 stores. Sparse files count at their apparent size (an archive
-// stores their holes as zeros), so a game process can make a tree whose
-// bound is far past its disk use, up to overflowing an int64.
+// object S3 stores. A sparse file counts at its allocated size (Write
+// stores its holes as holes, issue 33 item 5; see storedBound).
 const MaxBound int64 = 5 << 40
 
 // ErrBoundTooLarge is a tree whose archive could be larger than MaxBound.
@@ -55,6 +55,7 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 	}
 	ign := NewIgnore(opts.Ignore)
 	var tarSize int64 = fixedOverhead
+	seen := map[inode]struct{}{} // files with several names, counted once
 	err := src.WalkContext(ctx, dir, func(full string, d fs.DirEntry, err error) error {
 		rel := full
 		if dir != "." {
@@ -92,10 +93,17 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 			if err != nil {
 				return vanishedIsNil(err)
 			}
-			if fi.Size() > MaxBound-tarSize {
-				return fmt.Errorf("%w: %s alone is %d bytes", ErrBoundTooLarge, rel, fi.Size())
+			stored := storedBound(fi)
+			if id, ok := multiLinked(fi); ok && len(seen) < maxLinkNames {
+				if _, again := seen[id]; again {
+					stored = 0 // a link entry (links.go): its header only
+				}
+				seen[id] = struct{}{}
 			}
-			tarSize += (fi.Size() + 511) &^ 511
+			if stored > MaxBound-tarSize {
+				return fmt.Errorf("%w: %s alone is %d bytes", ErrBoundTooLarge, rel, stored)
+			}
+			tarSize += (stored + 511) &^ 511
 			if opts.Manifest {
 				tarSize += manifestLineOverhead + int64(len(rel))
 			}
@@ -121,4 +129,22 @@ func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, 
 	// The integrity entry's data rounds up to a block too.
 	tarSize += 512
 	return tarSize + tarSize/256 + 5*(tarSize/gzipBlock+1), nil
+}
+
+// storedBound bounds the data Write stores for the regular file fi: its
+// size, or for a file with fewer blocks allocated than its size (which
+// Write stores as a sparse entry) its allocated bytes, plus the sparse map
+// (a block and 42 bytes per fragment of at least a block, at most
+// maxFrags+1 of them) and 64 KiB of slack for data a filesystem keeps
+// outside its blocks (inline data). A file with more than maxFrags
+// fragments has its smallest holes stored as zeros, beyond this bound.
+func storedBound(fi fs.FileInfo) int64 {
+	size := fi.Size()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Blocks*512 >= size {
+		return size
+	}
+	alloc := st.Blocks * 512
+	frags := min(alloc/4096+2, maxFrags+1)
+	return min(size, alloc+64<<10) + 512 + 42*frags
 }

@@ -50,6 +50,7 @@ type ExtractResult struct {
 	Files    int64
 	Dirs     int64
 	Symlinks int64
+	Links    int64 // hard links made (counted in Files too)
 	Bytes    int64 // file bytes written
 	Skipped  int64 // device, FIFO and unknown entries left out
 	Verified bool  // the integrity entry was found and every file matched
@@ -63,9 +64,11 @@ type extractor struct {
 	buf     []byte
 	h       hash.Hash
 	sums    *spool
-	links   map[string]bool   // symbolic links made by this archive
-	stack   *sandbox.DirStack // the open directories down to the current entry
-	dirMeta []dirMeta         // modes and times applied at the end
+	tap     *tap
+	made    map[inode]struct{} // regular files written by this archive (hard-link targets)
+	links   map[string]bool    // symbolic links made by this archive
+	stack   *sandbox.DirStack  // the open directories down to the current entry
+	dirMeta []dirMeta          // modes and times applied at the end
 	res     ExtractResult
 	manOK   bool
 }
@@ -82,8 +85,11 @@ type dirMeta struct {
 // permissions are kept without setuid, setgid and sticky bits;
 // modification times are restored (directories' last). Entries whose name
 // is absolute, contains "..", or lies below a symbolic link of the archive,
-// and hard links to such names, stop the extraction with ErrUnsafeEntry;
-// device, FIFO and unknown entries are skipped. A read error of the stream
+// and hard links to such names or to anything but a regular file this
+// extraction wrote, stop the extraction with ErrUnsafeEntry; other hard
+// links are made as hard links (extract_links.go), sparse entries with
+// their holes (extract_sparse.go); device, FIFO and unknown entries are
+// skipped. A read error of the stream
 // is ErrCorrupt. When the archive ends with the integrity entry every
 // extracted file is checked against it (ErrChecksumMismatch), and the entry
 // itself is not written. dst should be the Trusted view of the server's
@@ -118,6 +124,7 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		h:     sha1.New(),
 		sums:  &spool{dir: opts.TempDir},
 		links: map[string]bool{},
+		made:  map[inode]struct{}{},
 	}
 	defer x.sums.Close()
 	if x.stack, err = newDirStack(x); err != nil {
@@ -129,13 +136,16 @@ func Extract(ctx context.Context, r io.Reader, dst *sandbox.FS, opts ExtractOpti
 		x.limiter = rate.NewLimiter(rate.Limit(opts.WriteLimit), burst)
 		x.buf = x.buf[:min(len(x.buf), burst)]
 	}
-	rd := newStreamReader(in)
+	x.tap = &tap{r: in}
+	rd := newStreamReader(x.tap)
 	first := true
 	for {
 		if err := ctx.Err(); err != nil {
 			return x.res, err
 		}
+		x.tap.start()
 		hdr, err := rd.next()
+		x.tap.stop()
 		if (err == io.EOF || hdr != nil) && first {
 			first = false
 			if opts.Ready != nil {
@@ -208,7 +218,14 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	if !ok {
 		return x.unsafe(hdr.Name)
 	}
+	if otherSparse(hdr) {
+		// Go's reader would expand its holes as zeros, free to send.
+		return fmt.Errorf("%w: %s: a sparse entry of a format other than GNU 1.0", ErrCorrupt, hdr.Name)
+	}
 	if rel == ManifestName && hdr.Typeflag == tar.TypeReg && !x.opts.NoManifest {
+		if isSparse10(hdr) {
+			return fmt.Errorf("%w: a sparse %s", ErrChecksumMismatch, ManifestName)
+		}
 		return x.verify(tr)
 	}
 	switch hdr.Typeflag {
@@ -223,6 +240,9 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 			return x.unsafe(hdr.Name)
 		}
 		x.onEntry(rel)
+		if isSparse10(hdr) {
+			return x.sparseFile(rel, hdr)
+		}
 		return x.file(rel, hdr, tr)
 	case tar.TypeSymlink:
 		if rel == "." {
@@ -240,6 +260,9 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	default:
 		// Devices, FIFOs and anything unknown are never created.
 		x.res.Skipped++
+		if isSparse10(hdr) {
+			return x.skipSparse(hdr)
+		}
 		return nil
 	}
 }
@@ -364,7 +387,6 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	existed := old >= 0
 	if !x.opts.NoManifest {
 		x.h.Reset()
 		r = io.TeeReader(r, x.h)
@@ -379,8 +401,18 @@ func (x *extractor) file(rel string, hdr *tar.Header, r io.Reader) error {
 			err = x.wrap(rel, terr)
 		}
 	}
+	return x.closeFile(f, d, rel, base, hdr, mode, old >= 0, n, err)
+}
+
+// closeFile ends the extraction of a regular file written through f
+// (n bytes, err the first error so far): its times, its mode when it
+// existed before, its line for the integrity check, the counts.
+func (x *extractor) closeFile(f *sandbox.File, d *sandbox.Dir, rel, base string, hdr *tar.Header, mode fs.FileMode, existed bool, n int64, err error) error {
 	if err == nil {
 		err = x.wrap(rel, f.SetTimes(hdr.ModTime, hdr.ModTime))
+	}
+	if err == nil {
+		x.remember(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = x.wrap(rel, cerr)
@@ -445,33 +477,6 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	x.links[rel] = true
 	_ = d.Lchtimes(base, hdr.ModTime, hdr.ModTime)
 	x.res.Symlinks++
-	return nil
-}
-
-// hardlink stores a copy of an earlier regular file of the archive (the
-// sandbox gives out no hard links). The target is found from the root: a
-// hard link costs a walk of its target's depth.
-func (x *extractor) hardlink(rel, target string, hdr *tar.Header) error {
-	fi, err := x.dst.Lstat(target)
-	if err != nil || !fi.Mode().IsRegular() {
-		return x.unsafe(hdr.Name)
-	}
-	d, base, err := x.parent(rel)
-	if err != nil {
-		return err
-	}
-	if rel == target {
-		return nil
-	}
-	if _, err := x.clear(d, rel, base, false, false); err != nil {
-		return err
-	}
-	if err := x.dst.Copy(target, rel); err != nil {
-		return x.wrap(rel, err)
-	}
-	delete(x.links, rel)
-	_ = d.Lchtimes(base, fi.ModTime(), fi.ModTime())
-	x.res.Files++
 	return nil
 }
 

@@ -203,6 +203,9 @@ func FuzzExtractTar(f *testing.F) {
 	for _, s := range seedArchives(f) {
 		f.Add(s)
 	}
+	for _, s := range sparseSeeds(f) {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		if len(raw) > 1<<20 {
 			return

@@ -29,16 +29,19 @@ type SealOptions struct {
 // every file at every backup cost as much as compressing a third of it;
 // its chunks carry their own SHA-256) and seals them for a download.
 func Seal(ctx context.Context, dst io.Writer, src io.Reader, opts SealOptions) error {
+	t := &tap{r: src}
 	s := &sealer{
-		ctx: ctx, rd: newStreamReader(src), tw: tar.NewWriter(dst), dst: dst,
-		man: &spool{dir: opts.TempDir}, buf: make([]byte, 256<<10),
+		ctx: ctx, rd: newStreamReader(t), tw: tar.NewWriter(dst), dst: dst,
+		man: &spool{dir: opts.TempDir}, buf: make([]byte, 256<<10), tap: t,
 	}
 	defer s.man.Close()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		s.tap.start()
 		hdr, err := s.rd.next()
+		s.tap.stop()
 		if err == io.EOF {
 			break
 		}
@@ -70,6 +73,7 @@ type sealer struct {
 	man     *spool
 	buf     []byte
 	trailer bool // tw writes the trailer
+	tap     *tap // between src and the tar reader (sparse entries)
 }
 
 // startTrailer ends the files stream and starts the trailer's.
@@ -98,6 +102,9 @@ func (s *sealer) entry(hdr *tar.Header) error {
 	if file && rel == ManifestName {
 		return nil // its content is skipped by the next read
 	}
+	if file && isSparse10(hdr) {
+		return s.sparse(rel, hdr)
+	}
 	hdr.Format = tar.FormatUnknown // the writer picks, as Write's does
 	if err := s.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrCorrupt, hdr.Name, err)
@@ -118,5 +125,43 @@ func (s *sealer) entry(hdr *tar.Header) error {
 	if file {
 		_, err = io.WriteString(s.man, manifestLine(h.Sum(nil), rel))
 	}
+	return err
+}
+
+// sparse copies a sparse 1.0 entry of the files stream as a sparse entry
+// (its map written again as Write writes it, its data copied straight
+// from the stream: the holes are never expanded) and hashes it as Write
+// does for the integrity entry: the map's text, then the data.
+func (s *sealer) sparse(rel string, hdr *tar.Header) error {
+	frags, data, err := sparseLayout(s.tap, hdr)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, hdr.Name, err)
+	}
+	if err := s.tw.Flush(); err != nil {
+		return err
+	}
+	text := formatMap(frags)
+	mapLen := int64(len(text)+511) &^ 511
+	physical := mapLen + data
+	if _, err := s.dst.Write(sparseHeader(hdr.Name, hdr.Mode, hdr.ModTime.Unix(), hdr.Size, physical)); err != nil {
+		return err
+	}
+	h := sha1.New()
+	h.Write(text)
+	if _, err := s.dst.Write(append(text, make([]byte, mapLen-int64(len(text)))...)); err != nil {
+		return err
+	}
+	n, err := io.CopyBuffer(io.MultiWriter(s.dst, h), io.LimitReader(sandbox.ContextReader(s.ctx, direct{s.tap}), data), s.buf)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, hdr.Name, err)
+	}
+	if n != data {
+		return fmt.Errorf("%w: %s: short entry", ErrCorrupt, hdr.Name)
+	}
+	s.tap.credit += data
+	if _, err := s.dst.Write(make([]byte, -physical&511)); err != nil {
+		return err
+	}
+	_, err = io.WriteString(s.man, manifestLine(h.Sum(nil), rel))
 	return err
 }

@@ -71,7 +71,9 @@ type WriteOptions struct {
 
 // FileHook sees each regular file's entry (header, content, padding) of
 // the tar stream as one piece, and may supply an unchanged file's entry
-// without Write opening the file.
+// without Write opening the file. A file with holes is a sparse entry
+// (headers, map, data ranges, padding: sparse.go); a later name of a file
+// already stored is a link entry in the tree trailer, not seen by the hook.
 type FileHook interface {
 	// Reuse is called with the file's lstat before it is opened. When it
 	// returns ok, the hook has put the file's whole entry into the stream
@@ -101,6 +103,7 @@ type Result struct {
 	Files    int64
 	Dirs     int64
 	Symlinks int64
+	Links    int64 // hard-link entries (second and later names of a file)
 	Input    int64 // file bytes read
 }
 
@@ -210,6 +213,7 @@ type writer struct {
 	res      Result
 	buf      []byte
 	fileHash hash.Hash
+	links    map[inode]string // first names of files with more than one name
 }
 
 // newWriter sets up the compressor, the tar streams and the spools.
@@ -251,6 +255,7 @@ func newWriter(w io.Writer, src *sandbox.FS, opts WriteOptions) (*writer, error)
 	}
 	wr.buf = make([]byte, 256<<10)
 	wr.fileHash = sha1.New()
+	wr.links = map[inode]string{}
 	return wr, nil
 }
 
@@ -310,7 +315,7 @@ func (wr *writer) visit(ctx context.Context, full string, d fs.DirEntry, err err
 			report(wr.opts.Progress, &wr.res, wr.out)
 			return nil
 		}
-		if err := writeFile(ctx, wr.tw, wr.src, full, rel, d, wr.buf, wr.fileHash, wr.man, &wr.res); err != nil {
+		if err := wr.writeFile(ctx, full, rel, d); err != nil {
 			return err
 		}
 		report(wr.opts.Progress, &wr.res, wr.out)
@@ -399,7 +404,7 @@ func appendTrailer(gz io.Writer, meta *tar.Writer, trailer *spool) error {
 
 func report(fn func(Progress), res *Result, out *hashCounter) {
 	if fn != nil {
-		fn(Progress{Entries: res.Files + res.Dirs + res.Symlinks, Input: res.Input, Output: out.n.Load()})
+		fn(Progress{Entries: res.Files + res.Dirs + res.Symlinks + res.Links, Input: res.Input, Output: out.n.Load()})
 	}
 }
 
@@ -416,10 +421,11 @@ func header(rel string, fi fs.FileInfo) *tar.Header {
 // regular file, or is denied (a directory on its way renamed since the
 // listing) is left out. One that cannot be opened or read otherwise is an
 // error naming it: the archive would silently miss it. ctx is checked
-// before every chunk, so that a huge (even sparse) file stops being read
-// as soon as the caller is gone.
-func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel string, d fs.DirEntry, buf []byte, h hash.Hash, man *spool, res *Result) error {
-	f, err := src.OpenEntry(full, d)
+// before every chunk, so that a huge file stops being read as soon as the
+// caller is gone. A second name of a file already stored is a hard-link
+// entry (links.go); a file with holes is a sparse entry (sparse.go).
+func (wr *writer) writeFile(ctx context.Context, full, rel string, d fs.DirEntry) error {
+	f, err := wr.src.OpenEntry(full, d)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrDenied) {
 			return nil
@@ -434,9 +440,16 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 	if !fi.Mode().IsRegular() {
 		return nil // swapped for a FIFO, a device…
 	}
+	if done, err := wr.writeLink(rel, fi); done || err != nil {
+		return err
+	}
 	hdr := header(rel, fi)
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = fi.Size()
+	if frags, ok := sparseFrags(f, fi); ok {
+		return wr.writeSparse(ctx, f, hdr, frags, fi)
+	}
+	tw, h, man, buf := wr.tw, wr.fileHash, wr.man, wr.buf
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
 	}
@@ -458,10 +471,18 @@ func writeFile(ctx context.Context, tw *tar.Writer, src *sandbox.FS, full, rel s
 			return err
 		}
 	}
-	res.Files++
-	res.Input += hdr.Size
-	if man != nil {
-		if _, err := io.WriteString(man, manifestLine(h.Sum(nil), rel)); err != nil {
+	return wr.fileDone(rel, fi, hdr.Size)
+}
+
+// fileDone counts a stored file, remembers it as the first name of its
+// inode and writes its line of the integrity entry (the hash in
+// wr.fileHash).
+func (wr *writer) fileDone(rel string, fi fs.FileInfo, input int64) error {
+	wr.res.Files++
+	wr.res.Input += input
+	wr.rememberLink(rel, fi)
+	if wr.man != nil {
+		if _, err := io.WriteString(wr.man, manifestLine(wr.fileHash.Sum(nil), rel)); err != nil {
 			return err
 		}
 	}
@@ -534,7 +555,13 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	if err := wr.tw.Flush(); err != nil {
 		return err
 	}
+	// A later name of a file stored already is a link entry (issue 33
+	// item 6): its content is not chunked again under another header.
+	if done, err := wr.writeLink(rel, fi); done || err != nil {
+		return err
+	}
 	if sum, ok := hook.Reuse(rel, fi); ok {
+		wr.rememberLink(rel, fi)
 		wr.res.Files++
 		if wr.man != nil {
 			if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
@@ -561,9 +588,46 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	hdr := header(rel, fi)
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = fi.Size()
+	frags, sparse := sparseFrags(f, fi)
 	if err := hook.Begin(rel); err != nil {
 		return err
 	}
+	input := hdr.Size
+	if sparse {
+		// Holes stay holes in the repository too (issue 33 item 5).
+		if input, err = wr.sparseEntry(ctx, f, hdr, frags); err != nil {
+			return err
+		}
+	} else if err := wr.denseEntry(ctx, f, hdr); err != nil {
+		return err
+	}
+	var sum []byte
+	if wr.man != nil {
+		sum = wr.fileHash.Sum(nil)
+	}
+	wr.rememberLink(rel, fi)
+	// A file written to while it was read may hold a mix: never reuse it.
+	after, err := f.Stat()
+	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {
+		fi = nil
+	}
+	if err := hook.End(rel, fi, sum); err != nil {
+		return err
+	}
+	wr.res.Files++
+	wr.res.Input += input
+	if wr.man != nil {
+		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// denseEntry writes the whole entry of f (header, content, padding) to the
+// archive's stream, bypassing the tar writer, hashing the content into
+// wr.fileHash with an integrity entry.
+func (wr *writer) denseEntry(ctx context.Context, f *sandbox.File, hdr *tar.Header) error {
 	// A tar writer of its own encodes the header (PAX records included);
 	// it is never closed, so it writes no end marker.
 	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
@@ -589,30 +653,9 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 		}
 	}
 	if pad := -hdr.Size & 511; pad > 0 {
-		if _, err := wr.sink.Write(make([]byte, pad)); err != nil {
-			return err
-		}
+		_, err = wr.sink.Write(make([]byte, pad))
 	}
-	var sum []byte
-	if wr.man != nil {
-		sum = wr.fileHash.Sum(nil)
-	}
-	// A file written to while it was read may hold a mix: never reuse it.
-	after, err := f.Stat()
-	if err != nil || after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()) || ctimeOf(after) != ctimeOf(fi) {
-		fi = nil
-	}
-	if err := hook.End(rel, fi, sum); err != nil {
-		return err
-	}
-	wr.res.Files++
-	wr.res.Input += hdr.Size
-	if wr.man != nil {
-		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // ctimeOf is the inode change time in nanoseconds, 0 when unknown.

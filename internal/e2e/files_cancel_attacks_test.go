@@ -14,9 +14,17 @@ import (
 	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
-// hugeSparse is the size of the sparse file a game process makes in one
-// truncate call: it costs no disk, and reading it through takes hours.
+// hugeSparse is the size of the sparse file a game process makes: it
+// costs 64 MiB of disk, and reading it through takes hours.
 const hugeSparse = 256 << 30
+
+// hugeFragments is how many 4 KiB pieces of data the file holds, evenly
+// spread: more than an archive's sparse entry lists (16,384, within what
+// Go's tar reader accepts), so Write merges the holes between them and
+// reads the file whole. (A file with fewer pieces is stored with its holes
+// as holes in no time, issue 33 item 5: one truncate no longer makes a
+// long compress.)
+const hugeFragments = 16400
 
 // compressNode is a node whose server (no disk limit, so that the sparse
 // file's apparent size does not refuse the compress) holds a 256 GiB
@@ -24,15 +32,28 @@ const hugeSparse = 256 << 30
 func compressNode(t *testing.T) *node {
 	t.Helper()
 	n := filesNode(t, 0, nil)
-	f, err := os.Create(n.fpath("huge.bin"))
+	makeHugeSparse(t, n.fpath("huge.bin"))
+	return n
+}
+
+// makeHugeSparse makes the hugeSparse file with its hugeFragments pieces
+// of data at path.
+func makeHugeSparse(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	if err := os.Truncate(n.fpath("huge.bin"), hugeSparse); err != nil {
+	defer f.Close()
+	if err := f.Truncate(hugeSparse); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	piece := bytes.Repeat([]byte{0x5a}, 4096)
+	for i := range int64(hugeFragments) {
+		if _, err := f.WriteAt(piece, i*(hugeSparse/hugeFragments)&^4095); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // startCompress posts a compress of huge.bin with ctx; the status (0 when

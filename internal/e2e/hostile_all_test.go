@@ -70,14 +70,7 @@ func TestHostileOwnerAllAttacksAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	makeEmptyFiles(t, filepath.Join(bdir, "huge"), listed)
-	if f, err := os.Create(filepath.Join(bdir, "huge.bin")); err != nil {
-		t.Fatal(err)
-	} else {
-		f.Close()
-	}
-	if err := os.Truncate(filepath.Join(bdir, "huge.bin"), hugeSparse); err != nil {
-		t.Fatal(err)
-	}
+	makeHugeSparse(t, filepath.Join(bdir, "huge.bin"))
 	n.assertAnswersEveryFace(t, victim)
 	fdsBefore := n.openFDs()
 
