@@ -79,7 +79,7 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	w := st.NewWriter(srv.UUID(), backup)
 	defer w.Abort()
 	w.SetBare()
-	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID())}
+	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID()), record: s.repoFilesRead != nil}
 	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
 		Ignore:      s.ignorePatterns(srv, ignore),
 		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
@@ -107,11 +107,23 @@ func (nopCloser) Close() error { return nil }
 // repoFiles is the archive.FileHook of a repository backup: it makes each
 // regular file's tar entry its own run of chunks, indexes it, and reuses
 // the chunks of a file whose stat is the one of the previous backup.
+//
+// An empty file is the exception (issue 33): its entry, a tar header,
+// stays in the stream's run of such entries, chunked with them, and the
+// file is not indexed. Empty files cost no disk, so a game can make
+// hundreds of thousands; as runs of their own, each was a chunk, an index
+// entry and a pin (~1.8 KiB of the daemon's memory a file), and reusing
+// one saves no read. The next backup writes its header again, and the
+// run's chunks, made of the same bytes, are found in the repository.
 type repoFiles struct {
 	w     *chunkstore.Writer
 	prev  *chunkstore.FileIndex
 	start int
-	read  []string // files read (tests)
+	// inline is set by Reuse for an empty file (by its lstat): Begin and
+	// End then neither cut nor index it.
+	inline bool
+	record bool     // keep read (tests)
+	read   []string // files read (tests)
 }
 
 // fileKey is what says a file is unchanged: as the live transfer's scan,
@@ -133,6 +145,13 @@ func sameKey(a, b chunkstore.File) bool {
 }
 
 func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
+	// Called first for every regular file: it decides for Begin and End.
+	// A file that grows between this lstat and its open is only in the
+	// run, unindexed (read again next time); one that empties meanwhile
+	// is indexed as any other.
+	if h.inline = fi.Size() == 0; h.inline {
+		return nil, false
+	}
 	p, ok := h.prev.Find(rel)
 	if !ok {
 		return nil, false
@@ -156,15 +175,24 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 }
 
 func (h *repoFiles) Begin(rel string) error {
+	if h.record {
+		h.read = append(h.read, rel)
+	}
+	if h.inline {
+		return nil
+	}
 	if err := h.w.Cut(); err != nil {
 		return err
 	}
 	h.start = h.w.Len()
-	h.read = append(h.read, rel)
 	return nil
 }
 
 func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
+	if h.inline {
+		h.inline = false
+		return nil
+	}
 	if err := h.w.Cut(); err != nil {
 		return err
 	}
