@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -433,5 +434,55 @@ func TestWriteLeavesOutALinkSwappedForADirectory(t *testing.T) {
 				t.Fatalf("the swapped link was archived: %+v", h)
 			}
 		})
+	}
+}
+
+// recordHook is a FileHook that reuses nothing and records its calls.
+type recordHook struct{ calls []string }
+
+func (h *recordHook) Reuse(rel string, _ fs.FileInfo) ([]byte, bool) {
+	h.calls = append(h.calls, "reuse "+rel)
+	return nil, false
+}
+func (h *recordHook) Begin(rel string) error { h.calls = append(h.calls, "begin "+rel); return nil }
+func (h *recordHook) End(rel string, _ fs.FileInfo, _ []byte) error {
+	h.calls = append(h.calls, "end "+rel)
+	return nil
+}
+
+// With a FileHook, an empty file is its header alone, from the walk's
+// lstat (mode and time kept), without the hook (issue 33 item 4); the
+// integrity entry still lists it.
+func TestWriteHookedEmptyFileIsItsHeader(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "full.txt"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(root, "empty.cfg")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(empty, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+	hook := &recordHook{}
+	data, res := writeArchive(t, newFS(t, root), WriteOptions{Files: hook, Manifest: true})
+	if want := []string{"reuse full.txt", "begin full.txt", "end full.txt"}; !slices.Equal(hook.calls, want) {
+		t.Fatalf("hook calls %v, want %v", hook.calls, want)
+	}
+	if res.Files != 2 {
+		t.Fatalf("%d files written, want 2", res.Files)
+	}
+	h := entries(t, data)["empty.cfg"]
+	if h == nil || h.Typeflag != tar.TypeReg || h.Size != 0 || h.Mode != 0o600 || !h.ModTime.Equal(mtime) {
+		t.Fatalf("empty.cfg entry %+v", h)
+	}
+	out := t.TempDir()
+	r, err := Extract(context.Background(), bytes.NewReader(data), newFS(t, out), ExtractOptions{})
+	if err != nil || !r.Verified {
+		t.Fatalf("extract: %v, verified %v", err, r.Verified)
+	}
+	if fi, err := os.Stat(filepath.Join(out, "empty.cfg")); err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("restored empty.cfg: %v %v", fi, err)
 	}
 }

@@ -71,7 +71,9 @@ type WriteOptions struct {
 
 // FileHook sees each regular file's entry (header, content, padding) of
 // the tar stream as one piece, and may supply an unchanged file's entry
-// without Write opening the file.
+// without Write opening the file. A file the walk's lstat finds empty is
+// not the hook's: Write puts its header in the stream from that lstat,
+// without opening it, and calls none of the hook's methods.
 type FileHook interface {
 	// Reuse is called with the file's lstat before it is opened. When it
 	// returns ok, the hook has put the file's whole entry into the stream
@@ -534,6 +536,9 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	if err := wr.tw.Flush(); err != nil {
 		return err
 	}
+	if fi.Size() == 0 {
+		return wr.writeEmptyHooked(full, rel, d, fi)
+	}
 	if sum, ok := hook.Reuse(rel, fi); ok {
 		wr.res.Files++
 		if wr.man != nil {
@@ -609,6 +614,31 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	wr.res.Input += hdr.Size
 	if wr.man != nil {
 		if _, err := io.WriteString(wr.man, manifestLine(sum, rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeEmptyHooked stores a regular file that the walk's lstat found
+// empty: its header, from that lstat, without opening it, and without the
+// hook, which gains nothing from such a file (issue 33: a game can make
+// hundreds of thousands at no disk cost, and a repository backup made a
+// chunk and an index entry of each). As for a file the hook reuses, the
+// entry is the file as listed.
+func (wr *writer) writeEmptyHooked(full, rel string, d fs.DirEntry, fi fs.FileInfo) error {
+	if wr.src.DeniedWalkEntry(strings.TrimPrefix(full, "/"), d) {
+		return nil
+	}
+	hdr := header(rel, fi)
+	hdr.Typeflag = tar.TypeReg
+	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
+		return err
+	}
+	wr.res.Files++
+	if wr.man != nil {
+		sum := sha1.Sum(nil)
+		if _, err := io.WriteString(wr.man, manifestLine(sum[:], rel)); err != nil {
 			return err
 		}
 	}

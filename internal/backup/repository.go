@@ -108,20 +108,18 @@ func (nopCloser) Close() error { return nil }
 // regular file's tar entry its own run of chunks, indexes it, and reuses
 // the chunks of a file whose stat is the one of the previous backup.
 //
-// An empty file is the exception (issue 33): its entry, a tar header,
-// stays in the stream's run of such entries, chunked with them, and the
-// file is not indexed. Empty files cost no disk, so a game can make
-// hundreds of thousands; as runs of their own, each was a chunk, an index
-// entry and a pin (~1.8 KiB of the daemon's memory a file), and reusing
-// one saves no read. The next backup writes its header again, and the
-// run's chunks, made of the same bytes, are found in the repository.
+// An empty file (by the walk's lstat) is not the hook's (archive.FileHook,
+// issue 33): its entry, a tar header, stays in the stream's run of such
+// entries, chunked with them, and the file is neither opened nor indexed.
+// Empty files cost no disk, so a game can make hundreds of thousands; as
+// segments of their own, each was a chunk, an index entry and pins (~1.8
+// KiB of the daemon's memory a file), and reusing one saved only its
+// open. Each backup writes their headers again, and the run's chunks, made
+// of the same bytes, are found in the repository.
 type repoFiles struct {
-	w     *chunkstore.Writer
-	prev  *chunkstore.FileIndex
-	start int
-	// inline is set by Reuse for an empty file (by its lstat): Begin and
-	// End then neither cut nor index it.
-	inline bool
+	w      *chunkstore.Writer
+	prev   *chunkstore.FileIndex
+	start  int
 	record bool     // keep read (tests)
 	read   []string // files read (tests)
 }
@@ -145,13 +143,6 @@ func sameKey(a, b chunkstore.File) bool {
 }
 
 func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
-	// Called first for every regular file: it decides for Begin and End.
-	// A file that grows between this lstat and its open is only in the
-	// run, unindexed (read again next time); one that empties meanwhile
-	// is indexed as any other.
-	if h.inline = fi.Size() == 0; h.inline {
-		return nil, false
-	}
 	p, ok := h.prev.Find(rel)
 	if !ok {
 		return nil, false
@@ -175,24 +166,17 @@ func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
 }
 
 func (h *repoFiles) Begin(rel string) error {
-	if h.record {
-		h.read = append(h.read, rel)
-	}
-	if h.inline {
-		return nil
-	}
 	if err := h.w.Cut(); err != nil {
 		return err
 	}
 	h.start = h.w.Len()
+	if h.record {
+		h.read = append(h.read, rel)
+	}
 	return nil
 }
 
 func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
-	if h.inline {
-		h.inline = false
-		return nil
-	}
 	if err := h.w.Cut(); err != nil {
 		return err
 	}
