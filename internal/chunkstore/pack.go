@@ -105,7 +105,7 @@ func (p *packer) start() {
 
 // packStartCap is a new pack buffer's capacity: it doubles as the pack
 // fills (reserve), up to packBufCap. A backup of a few small or very
-// compressible chunks (the headers of 200,000 empty files are ~3 MB of
+// compressible chunks (the headers of 200,000 empty files are 2.6 MB of
 // blobs) then holds no 19 MiB buffer, which also took the Go heap's goal
 // up by twice that (issue 33 item 4); the buffers of stored packs are
 // filled again at the size they grew to, so a large backup copies only

@@ -176,15 +176,22 @@ func TestBackupRepositoryEmptyFilesMemory(t *testing.T) {
 // BenchmarkBackupRepositoryEmptyFiles: the daemon's peak RSS (VmHWM from
 // /proc, reset before each backup) and the wall time (the panel's request
 // to the status report) of a repository backup of a server holding 1,000
-// or 200,000 empty files (1,000,000 too with WHARF_REPOMEM_MILLION=1) and
+// or 200,000 empty files (WHARF_REPOMEM_COUNTS=1000,1000000 sets others) and
 // a 4 MiB world file, then of a second backup of the unchanged tree; a
 // fresh daemon and tree per case. With WHARF_REPOMEM_REF=<binary> (built
 // with -tags wharf_testruntime) the reference runs each case too, just
 // before ours.
 func BenchmarkBackupRepositoryEmptyFiles(b *testing.B) {
 	counts := []int{1_000, 200_000}
-	if os.Getenv("WHARF_REPOMEM_MILLION") == "1" {
-		counts = append(counts, 1_000_000)
+	if v := os.Getenv("WHARF_REPOMEM_COUNTS"); v != "" {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			c, err := strconv.Atoi(f)
+			if err != nil || c < 0 {
+				b.Fatalf("WHARF_REPOMEM_COUNTS: %q", v)
+			}
+			counts = append(counts, c)
+		}
 	}
 	bins := [][2]string{{"ours", wharfBinary}}
 	if ref := os.Getenv("WHARF_REPOMEM_REF"); ref != "" {
