@@ -74,6 +74,9 @@ type WriteOptions struct {
 // without Write opening the file. A file with holes is a sparse entry
 // (headers, map, data ranges, padding: sparse.go); a later name of a file
 // already stored is a link entry in the tree trailer, not seen by the hook.
+// A file the walk's lstat finds empty is not the hook's either: Write puts
+// its header in the stream from that lstat, without opening it, and calls
+// none of the hook's methods.
 type FileHook interface {
 	// Reuse is called with the file's lstat before it is opened. When it
 	// returns ok, the hook has put the file's whole entry into the stream
@@ -560,6 +563,9 @@ func (wr *writer) writeFileHooked(ctx context.Context, full, rel string, d fs.Di
 	if done, err := wr.writeLink(rel, fi); done || err != nil {
 		return err
 	}
+	if fi.Size() == 0 {
+		return wr.writeEmptyHooked(full, rel, d, fi)
+	}
 	if sum, ok := hook.Reuse(rel, fi); ok {
 		wr.rememberLink(rel, fi)
 		wr.res.Files++
@@ -656,6 +662,31 @@ func (wr *writer) denseEntry(ctx context.Context, f *sandbox.File, hdr *tar.Head
 		_, err = wr.sink.Write(make([]byte, pad))
 	}
 	return err
+}
+
+// writeEmptyHooked stores a regular file that the walk's lstat found
+// empty: its header, from that lstat, without opening it, and without the
+// hook, which gains nothing from such a file (issue 33: a game can make
+// hundreds of thousands at no disk cost, and a repository backup made a
+// chunk and an index entry of each). As for a file the hook reuses, the
+// entry is the file as listed.
+func (wr *writer) writeEmptyHooked(full, rel string, d fs.DirEntry, fi fs.FileInfo) error {
+	if wr.src.DeniedWalkEntry(strings.TrimPrefix(full, "/"), d) {
+		return nil
+	}
+	hdr := header(rel, fi)
+	hdr.Typeflag = tar.TypeReg
+	if err := tar.NewWriter(wr.sink).WriteHeader(hdr); err != nil {
+		return err
+	}
+	wr.res.Files++
+	if wr.man != nil {
+		sum := sha1.Sum(nil)
+		if _, err := io.WriteString(wr.man, manifestLine(sum[:], rel)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ctimeOf is the inode change time in nanoseconds, 0 when unknown.

@@ -78,7 +78,7 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	w := st.NewWriter(srv.UUID(), backup)
 	defer w.Abort()
 	w.SetBare()
-	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID())}
+	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID()), record: s.repoFilesRead != nil}
 	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
 		Ignore:      s.ignorePatterns(srv, ignore),
 		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
@@ -106,11 +106,21 @@ func (nopCloser) Close() error { return nil }
 // repoFiles is the archive.FileHook of a repository backup: it makes each
 // regular file's tar entry its own run of chunks, indexes it, and reuses
 // the chunks of a file whose stat is the one of the previous backup.
+//
+// An empty file (by the walk's lstat) is not the hook's (archive.FileHook,
+// issue 33): its entry, a tar header, stays in the stream's run of such
+// entries, chunked with them, and the file is neither opened nor indexed.
+// Empty files cost no disk, so a game can make hundreds of thousands; as
+// segments of their own, each was a chunk, an index entry and pins (~1.8
+// KiB of the daemon's memory a file), and reusing one saved only its
+// open. Each backup writes their headers again, and the run's chunks, made
+// of the same bytes, are found in the repository.
 type repoFiles struct {
-	w     *chunkstore.Writer
-	prev  *chunkstore.FileIndex
-	start int
-	read  []string // files read (tests)
+	w      *chunkstore.Writer
+	prev   *chunkstore.FileIndex
+	start  int
+	record bool     // keep read (tests)
+	read   []string // files read (tests)
 }
 
 // fileKey is what says a file is unchanged: as the live transfer's scan,
@@ -159,7 +169,9 @@ func (h *repoFiles) Begin(rel string) error {
 		return err
 	}
 	h.start = h.w.Len()
-	h.read = append(h.read, rel)
+	if h.record {
+		h.read = append(h.read, rel)
+	}
 	return nil
 }
 

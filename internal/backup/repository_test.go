@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -220,5 +221,87 @@ func TestRepositoryStreamForTransfers(t *testing.T) {
 	cancel()
 	if _, err := readAll(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a stream whose context ended: %v", err)
+	}
+}
+
+// Empty files (issue 33 item 4) are not segments, chunks and index
+// entries of their own: their headers (from the walk's lstat, the files
+// are not opened) are chunked together and left out of the file index,
+// the next backup writes them again (found in the repository: the store
+// does not grow), and a restore gives them back exactly.
+func TestRepositoryEmptyFilesShareChunks(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "srv")
+	files := map[string][]byte{"a.txt": []byte("some a"), "sub/big.bin": randomData(1 << 20)}
+	const empties = 3000
+	for i := range empties {
+		files[fmt.Sprintf("junk/%02d/e%05d", i%30, i)] = nil
+	}
+	writeTree(t, root, files)
+	srv := benchServer{tree.Open(t, root)}
+	var read []string
+	svc := repoService(t, dir, &read)
+	ctx := context.Background()
+	if _, err := svc.createRepository(ctx, srv, "b1", ""); err != nil {
+		t.Fatal(err)
+	}
+	// Not even opened: their headers come from the walk's lstat.
+	if len(read) != 2 {
+		t.Fatalf("first backup read %d files, want 2", len(read))
+	}
+	st, m, err := svc.repoManifest(svc.cfg.Get(), "bench", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Control: the headers alone are 1.5 MB, a chunk each before.
+	if len(m.Files) != 2 || len(m.Chunks) > 40 {
+		t.Fatalf("%d files indexed, %d chunks: want 2 indexed and the empty files' headers in few chunks", len(m.Files), len(m.Chunks))
+	}
+	usage := func() int64 { // the packs' bytes
+		var n int64
+		filepath.WalkDir(filepath.Join(dir, "backups", ".repository", "packs"), func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					n += fi.Size()
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	before := usage()
+	if before == 0 {
+		t.Fatal("control: no packs found")
+	}
+	if _, err := svc.createRepository(ctx, srv, "b2", ""); err != nil {
+		t.Fatal(err)
+	}
+	// The unchanged non-empty files are reused, the empty ones' headers
+	// written again: the same bytes, so no new blob.
+	if len(read) != 0 {
+		t.Fatalf("second backup read %d files, want none", len(read))
+	}
+	if grow := usage() - before; grow > 4<<10 {
+		t.Fatalf("second backup grew the repository by %d bytes", grow)
+	}
+	_, m2, err := svc.repoManifest(svc.cfg.Get(), "bench", "b2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	os.MkdirAll(out, 0o755)
+	rd := gzipStream(ctx, st, m2, archive.LevelBestSpeed, t.TempDir())
+	defer rd.Close()
+	if res, err := archive.Extract(ctx, rd, tree.Open(t, out), archive.ExtractOptions{}); err != nil || !res.Verified {
+		t.Fatalf("extract: %v, integrity entry verified: %v", err, res.Verified)
+	}
+	want, got := readTree(t, root), readTree(t, out)
+	if len(got) != len(want) {
+		t.Fatalf("restored %d files, want %d", len(got), len(want))
+	}
+	for name, b := range want {
+		if g, ok := got[name]; !ok || g != b {
+			t.Fatalf("%s differs after restore", name)
+		}
 	}
 }

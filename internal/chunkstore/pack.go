@@ -99,12 +99,37 @@ func (p *packer) start() {
 	case b := <-p.free:
 		p.buf = b[:0]
 	default:
-		p.buf = make([]byte, 0, packBufCap)
+		p.buf = make([]byte, 0, packStartCap)
 	}
+}
+
+// packStartCap is a new pack buffer's capacity: it doubles as the pack
+// fills (reserve), up to packBufCap. A backup of a few small or very
+// compressible chunks (the headers of 200,000 empty files are 2.6 MB of
+// blobs) then holds no 19 MiB buffer, which also took the Go heap's goal
+// up by twice that (issue 33 item 4); the buffers of stored packs are
+// filled again at the size they grew to, so a large backup copies only
+// its first packs as they grow.
+const packStartCap = 1 << 20
+
+// reserve makes room in the buffer for n more bytes.
+func (p *packer) reserve(n int) {
+	need := len(p.buf) + n
+	if need <= cap(p.buf) {
+		return
+	}
+	c := max(2*cap(p.buf), need)
+	if c > packBufCap && need <= packBufCap {
+		c = packBufCap
+	}
+	b := make([]byte, len(p.buf), c)
+	copy(b, p.buf)
+	p.buf = b
 }
 
 func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
 	p.start()
+	p.reserve(len(blob))
 	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(len(blob)), Plain: uint32(plain)}
 	p.buf = append(p.buf, blob...)
 	p.entries = append(p.entries, e)
@@ -114,6 +139,7 @@ func (p *packer) add(h blobID, blob []byte, plain int) packEntry {
 // addRaw adds plain as a raw blob (its kind byte, then its bytes).
 func (p *packer) addRaw(h blobID, plain []byte) packEntry {
 	p.start()
+	p.reserve(1 + len(plain))
 	e := packEntry{Hash: h, Off: uint32(len(p.buf)), Len: uint32(1 + len(plain)), Plain: uint32(len(plain))}
 	p.buf = append(append(p.buf, blobRaw), plain...)
 	p.entries = append(p.entries, e)

@@ -28,8 +28,12 @@ func (s *Store) Write(server, backup string, r io.Reader) (Manifest, error) {
 type onlyRead struct{ io.Reader }
 
 // segmentFlush is how much of a segment is buffered before its chunks,
-// but the last, are cut; the last one may grow with the next bytes.
-const segmentFlush = 8 << 20
+// but the last, are cut; the last one may grow with the next bytes. It
+// was 8 MiB: four batch buffers of 9 MiB in flight, and twice that in the
+// Go heap's goal, were most of a long segment's memory (a large file's,
+// or the run of 200,000 empty files' headers: issue 33 item 4); a MiB
+// costs a hand-off per MiB, not per file.
+const segmentFlush = 1 << 20
 
 // Writer stores a backup's tar stream as it is written. The stream is
 // made of segments (Cut ends one): each is chunked on its own, so a

@@ -471,6 +471,8 @@ func (f *FS) LchownEntry(rel string, d fs.DirEntry, uid, gid int) error {
 // reporting at rel, relative to the directory the walk listed it in (no
 // walk from the root, no name longer than the walk's own). It must be
 // called from the walk's fn for that entry; any other d is read by name.
+// A name that is no longer a link is ErrOutsideRoot (Vanished), as
+// ControlEntry's swapped entry.
 func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
 	e, ok := f.entryOf(d)
 	if !ok {
@@ -480,6 +482,11 @@ func (f *FS) ReadlinkEntry(rel string, d fs.DirEntry) (string, error) {
 	buf := make([]byte, 256)
 	for {
 		n, err := unix.Readlinkat(e.dir.fd, e.name, buf)
+		if err == unix.EINVAL {
+			// The name is no longer a link (a directory or a file swapped
+			// in since the listing): the entry listed is gone.
+			return "", newErr("readlink", rel, ErrOutsideRoot)
+		}
 		if err != nil {
 			return "", wrap("readlink", rel, err)
 		}
