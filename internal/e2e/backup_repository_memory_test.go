@@ -16,32 +16,14 @@ import (
 )
 
 // repoMemHWM is the daemon's peak resident set (VmHWM, KiB) since it
-// started or since repoMemResetHWM.
+// started or since resetHWM; the test fails when it cannot be read.
 func (n *node) repoMemHWM() int64 {
 	n.t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
-	if err != nil {
-		n.t.Fatal(err)
+	kib := n.hwmKiB()
+	if kib == 0 {
+		n.t.Fatal("no VmHWM in the daemon's /proc/<pid>/status")
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				n.t.Fatal(err)
-			}
-			return kib
-		}
-	}
-	n.t.Fatal("no VmHWM in /proc/<pid>/status")
-	return 0
-}
-
-// repoMemResetHWM makes the daemon's VmHWM its current resident set.
-func (n *node) repoMemResetHWM() {
-	n.t.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", n.cmd.Process.Pid), []byte("5"), 0); err != nil {
-		n.t.Fatal(err)
-	}
+	return kib
 }
 
 // repoMemEmptyFiles makes empty files dir/junk/dNNN/fNNNN numbered from
@@ -120,7 +102,7 @@ func TestBackupRepositoryEmptyFilesMemory(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"server.properties": "motd=hi\n", "world/region.bin": randomBytes(4 << 20)})
 	repoMemEmptyFiles(t, dir, 0, small)
 
-	n.repoMemResetHWM()
+	n.resetHWM()
 	beforeSmall := n.rssKiB()
 	id1 := newBackupID()
 	if st := n.repoMemBackup(id1); !st.Successful {
@@ -129,7 +111,7 @@ func TestBackupRepositoryEmptyFilesMemory(t *testing.T) {
 	peakSmall := n.repoMemHWM()
 
 	repoMemEmptyFiles(t, dir, small, large-small)
-	n.repoMemResetHWM()
+	n.resetHWM()
 	before := n.rssKiB()
 	id2 := newBackupID()
 	start := time.Now()
@@ -231,7 +213,7 @@ func repoMemBench(b *testing.B, count int) {
 	repoMemEmptyFiles(b, dir, 0, count)
 	syscall.Sync()
 	backup := func() (peakMiB, overMiB, secs float64) {
-		n.repoMemResetHWM()
+		n.resetHWM()
 		before := n.rssKiB()
 		t0 := time.Now()
 		if st := n.repoMemBackup(newBackupID()); !st.Successful {

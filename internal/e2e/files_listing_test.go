@@ -55,14 +55,29 @@ func makeEmptyFiles(t testing.TB, dir string, n int) {
 	t.Logf("made %d empty files in %v", n, time.Since(start).Round(time.Millisecond))
 }
 
-// rssKiB is the daemon's resident memory (VmRSS) in KiB.
-func (n *node) rssKiB() int64 {
+// rssKiB is the daemon's resident memory (VmRSS) in KiB, 0 once it exited.
+func (n *node) rssKiB() int64 { return n.statusKiB("VmRSS") }
+
+// hwmKiB is the daemon's peak resident memory (VmHWM, KiB) since it started
+// or since resetHWM, 0 once it exited.
+func (n *node) hwmKiB() int64 { return n.statusKiB("VmHWM") }
+
+// resetHWM makes the daemon's VmHWM its current resident set.
+func (n *node) resetHWM() {
+	n.t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", n.cmd.Process.Pid), []byte("5"), 0); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// statusKiB reads one "kB" field of the daemon's /proc/<pid>/status.
+func (n *node) statusKiB(field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kib
 		}

@@ -319,17 +319,3 @@ func (c *cluster) liveMemoryAttack(t *testing.T, id string, a liveMemoryAttack) 
 	return r
 }
 
-// hwmKiB is the daemon's peak resident memory since it started (VmHWM).
-func (n *node) hwmKiB() int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kib
-		}
-	}
-	return 0
-}
