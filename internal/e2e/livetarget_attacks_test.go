@@ -318,4 +318,3 @@ func (c *cluster) liveMemoryAttack(t *testing.T, id string, a liveMemoryAttack) 
 	}
 	return r
 }
-
