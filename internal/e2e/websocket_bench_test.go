@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 )
@@ -55,7 +56,11 @@ func BenchmarkWebsocketFanout(b *testing.B) {
 	testimages.RequireDocker(b)
 	testimages.GameServer(context.Background(), b)
 	ids := []string{benchServerID(1), benchServerID(2)}
-	n := startNode(b, nodeOptions{servers: []devpanel.Server{gameServer(ids[0]), gameServer(ids[1])}})
+	// WHARF_BENCH_FIREWALL=off runs the node without Wharf's firewall, to
+	// set the console's figures with the rules beside those without.
+	n := startNode(b, nodeOptions{servers: []devpanel.Server{gameServer(ids[0]), gameServer(ids[1])}, mutate: func(c *config.Config) {
+		c.Docker.Network.Firewall = os.Getenv("WHARF_BENCH_FIREWALL") != "off"
+	}})
 	for _, id := range ids {
 		b.Cleanup(func() { n.request("DELETE", "/api/servers/"+id, nil, "") })
 		n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": "start"}, "")
