@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,8 +210,11 @@ func liveManifestFile(raw []byte, rel string) []byte {
 }
 
 // hostileLiveBody makes the stream as it is read: zstd chunks of up to
-// 4 MiB of records, counting the bytes and records handed out.
+// 4 MiB of records, counting the bytes and records handed out. The HTTP
+// client's writer may still be reading it after the target answered (the
+// target answers early and refuses the rest): mu guards the counts.
 type hostileLiveBody struct {
+	mu      sync.Mutex
 	gen     func(raw []byte, i int) ([]byte, bool)
 	enc     *zstd.Encoder
 	raw     []byte
@@ -223,6 +227,8 @@ type hostileLiveBody struct {
 }
 
 func (b *hostileLiveBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for len(b.out) == 0 {
 		if b.ended {
 			return 0, io.EOF
@@ -237,6 +243,14 @@ func (b *hostileLiveBody) Read(p []byte) (int, error) {
 	b.out = b.out[n:]
 	b.sent += int64(n)
 	return n, nil
+}
+
+// counts returns the bytes and records handed out so far, and whether the
+// stream was made whole.
+func (b *hostileLiveBody) counts() (sent, records int64, ended bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sent, b.records, b.ended
 }
 
 // fill makes the next chunk.
@@ -311,10 +325,11 @@ func (c *cluster) liveMemoryAttack(t *testing.T, id string, a liveMemoryAttack) 
 		t.Fatalf("the target did not fail the transfer\n%s", c.Target.log)
 	}
 	r.peakKiB, r.hwmKiB = stop(), c.Target.hwmKiB()
-	r.sent, r.records = body.sent, body.records
+	var ended bool
+	r.sent, r.records, ended = body.counts()
 	r.minSent = 1 << 10
-	if a.all && !body.ended {
-		t.Errorf("the stream was not sent whole: %d bytes, %d records", body.sent, body.records)
+	if a.all && !ended {
+		t.Errorf("the stream was not sent whole: %d bytes, %d records", r.sent, r.records)
 	}
 	return r
 }
