@@ -23,6 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -47,7 +48,11 @@ func cpuSeconds(tb testing.TB, pid int) float64 {
 // benchNode starts a daemon for a benchmark (the test helpers need a *testing.T).
 func benchNode(b *testing.B, name, remote string) (*exec.Cmd, *benchCfg, string) {
 	b.Helper()
-	c, cfgPath := clusterConfig(b, name, remote, nil)
+	// WHARF_BENCH_FIREWALL=off: both nodes without Wharf's firewall, for the
+	// figures with the rules beside those without.
+	c, cfgPath := clusterConfig(b, name, remote, func(_ string, c *config.Config) {
+		c.Docker.Network.Firewall = os.Getenv("WHARF_BENCH_FIREWALL") != "off"
+	})
 	cmd := exec.Command(wharfBinary, "--config", cfgPath)
 	var log syncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
