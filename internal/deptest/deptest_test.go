@@ -72,6 +72,16 @@ var rules = []rule{
 		why:    "nftables rules are internal/firewall's: one place builds and verifies them",
 	},
 	{
+		from: []string{"internal/logtail"},
+		only: []string{},
+		why:  "a small tool: the daemon's log tail knows nothing of the rest of Wharf",
+	},
+	{
+		from:   []string{"internal/statepush"},
+		forbid: []string{"internal/server", "internal/runtime", "internal/httpapi", "internal/wsapi", "internal/sftpd", "internal/config"},
+		why:    "state pushes are the panel client's business: the pusher knows no server, runtime or face (the server manager hands it the changes)",
+	},
+	{
 		from:   []string{"internal/runtime/..."},
 		forbid: []string{"internal/server"},
 		why:    "a runtime runs containers; what a server is lives above it",
