@@ -207,6 +207,10 @@ type Backups struct {
 	// Downloads bounds the signed downloads of repository backups
 	// (backupdownloads.go).
 	Downloads BackupDownloads `yaml:"downloads" json:"downloads"`
+	// Browse shows each server's repository backups as a read-only folder
+	// BrowseDirectory at the root of its files (backupbrowse.go, issue 35).
+	Browse          bool   `yaml:"browse" json:"browse"`
+	BrowseDirectory string `yaml:"browse_directory" json:"browse_directory"`
 }
 
 // Transfers configures server transfers.

@@ -40,6 +40,7 @@ func Defaults() *Config {
 			CrashActivityLines: 2,
 			Backups: Backups{
 				CompressionLevel: "best_speed", Layout: "auto", ObjectStorePartsOnDisk: 2, Downloads: defaultBackupDownloads(),
+				Browse: true, BrowseDirectory: DefaultBrowseDirectory,
 				Repository: BackupRepository{DedupScope: DedupScopeServer, MaxUnusedPercent: 5},
 			},
 			Transfers:  Transfers{Live: true, Compression: "auto", MaxBackups: 32},

@@ -211,6 +211,7 @@ func validateBackups(c *Config, bad badFunc) {
 		bad("system.backups.layout", "must be one of auto, flat, per_server")
 	}
 	validateBackupDownloads(c.System.Backups.Downloads, bad)
+	validateBrowseDirectory(c.System.Backups.BrowseDirectory, bad)
 }
 
 func validateTransfers(c *Config, bad badFunc) {

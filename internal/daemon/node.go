@@ -11,6 +11,7 @@ import (
 
 	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/httpapi"
@@ -55,6 +56,7 @@ type node struct {
 	quotas    *quota.Quotas
 	servers   *server.Manager
 	backups   *backup.Service
+	browse    *backupview.View
 	transfers *transfer.Service
 	pulls     *pull.Service
 	// background joins the goroutines that end with the run context.
@@ -164,6 +166,7 @@ func (n *node) startServers(ctx context.Context) error {
 
 func (n *node) startBackups(context.Context) error {
 	n.backups = backup.New(n.nodeCtx, n.store, n.client, n.log)
+	n.browse = backupview.New(n.backups.BrowseSource)
 	n.backups.CleanTemporaries()
 	return nil
 }
@@ -232,6 +235,7 @@ func (n *node) startSFTP(ctx context.Context) error {
 	n.sftp = sftpd.New(sftpd.Options{
 		Config:  func() config.SFTP { return n.store.Get().System.SFTP },
 		DataDir: n.store.Get().System.Data, Servers: n.servers, Panel: n.client, Activity: n.acts, Log: n.log,
+		Browse: n.browse,
 	})
 	done.Go(func() { n.sftp.Run(sftpCtx) })
 	return nil
@@ -273,7 +277,7 @@ func (n *node) startMetrics(ctx context.Context) error {
 // api builds the HTTP API over the started subsystems.
 func (n *node) api(ctx context.Context) *httpapi.API {
 	return httpapi.New(httpapi.Deps{
-		Config: n.store, Servers: n.servers, Backups: n.backups, Log: n.log,
+		Config: n.store, Servers: n.servers, Backups: n.backups, Browse: n.browse, Log: n.log,
 		Tokens: n.verifier, OneTime: n.oneTime, Transfers: n.transfers,
 		Version: n.opts.Version, BootTime: n.opts.BootTime,
 		Denylist: n.denylist, Websockets: n.hub, Activity: n.acts, Pulls: n.pulls,

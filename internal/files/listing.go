@@ -49,6 +49,8 @@ type Listing struct {
 	head []byte
 	// sortBudget is the package's, lowered by tests.
 	sortBudget int
+	// Extra entries are listed first (the backups folder at the root).
+	Extra []Stat
 }
 
 // OpenListing opens the directory dir for listing: a missing name, one
@@ -181,7 +183,7 @@ func (l *Listing) WriteJSON(ctx context.Context, w io.Writer) error {
 	enc := json.NewEncoder(&entry)
 	lastFlush := time.Now()
 	first := true
-	err := l.Each(ctx, func(s Stat) error {
+	put := func(s Stat) error {
 		entry.Reset()
 		if err := enc.Encode(s); err != nil {
 			return err
@@ -200,8 +202,13 @@ func (l *Listing) WriteJSON(ctx context.Context, w io.Writer) error {
 			return flush(bw, w)
 		}
 		return nil
-	})
-	if err != nil {
+	}
+	for _, s := range l.Extra {
+		if err := put(s); err != nil {
+			return err
+		}
+	}
+	if err := l.Each(ctx, put); err != nil {
 		return err
 	}
 	if first {

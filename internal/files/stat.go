@@ -118,3 +118,7 @@ func DetectMime(name string, head []byte) string {
 	}
 	return t
 }
+
+// MimeByName is the type of a regular file known by its extension, or ""
+// (the backups folder types its files without reading them).
+func MimeByName(name string) string { return mimeByName(name) }

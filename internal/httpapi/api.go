@@ -12,6 +12,7 @@ import (
 
 	"github.com/wharf/wharf/internal/activity"
 	"github.com/wharf/wharf/internal/backup"
+	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
 	"github.com/wharf/wharf/internal/pull"
@@ -31,8 +32,11 @@ type Deps struct {
 	// Transfers runs the outgoing and incoming server transfers.
 	Transfers *transfer.Service
 	// OneTime remembers the one-time ids of signed URLs.
-	OneTime  *tokens.OneTimeStore
-	Backups  *backup.Service
+	OneTime *tokens.OneTimeStore
+	Backups *backup.Service
+	// Browse is the backups folder of the servers' files (issue 35); nil:
+	// none.
+	Browse   *backupview.View
 	Log      *slog.Logger
 	Version  string
 	BootTime time.Time

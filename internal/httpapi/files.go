@@ -27,6 +27,12 @@ func (a *API) fileManager(s *server.Server) *files.Manager {
 // a directory, a pipe or device, denylisted) are answered before any header.
 func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	name := r.URL.Query().Get("file")
+	if p, err := a.viewPath(s, name); err != nil || p.In {
+		if err != nil {
+			return err
+		}
+		return a.serveViewFile(w, r, s, p, name, r.URL.Query().Get("download") != "", false)
+	}
 	c, err := a.fileManager(s).Open(name)
 	if err != nil {
 		return err
@@ -53,11 +59,19 @@ func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.
 // request's context (the client gone); then nobody waits for an answer
 // and the connection is cut too.
 func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server.Server) error {
-	l, err := a.fileManager(s).OpenListing(r.URL.Query().Get("directory"))
+	dir := r.URL.Query().Get("directory")
+	if p, err := a.viewPath(s, dir); err != nil || p.In {
+		if err != nil {
+			return err
+		}
+		return a.viewListing(w, r, s, p)
+	}
+	l, err := a.fileManager(s).OpenListing(dir)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
+	l.Extra = a.viewRootEntry(s, dir)
 	w.Header().Set("Content-Type", "application/json")
 	out := &sentWriter{w: w}
 	if err := l.WriteJSON(r.Context(), out); err != nil {
@@ -114,7 +128,7 @@ func (a *API) putRename(w http.ResponseWriter, r *http.Request, s *server.Server
 		Files []files.Rename `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
-		return fm.RenameAll(ctx, req.Root, req.Files)
+		return a.renameAll(ctx, s, fm, req.Root, req.Files)
 	})
 }
 
@@ -123,6 +137,9 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 		Location string `json:"location"`
 	}
 	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		if err := a.refuseInView(s, req.Location); err != nil {
+			return err
+		}
 		_, err := fm.Copy(ctx, req.Location)
 		return err
 	})
@@ -133,6 +150,9 @@ func (a *API) postCopy(w http.ResponseWriter, r *http.Request, s *server.Server)
 func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	if r.Header.Get("Content-Length") == "" || r.ContentLength < 0 {
 		return files.ErrMissingLength
+	}
+	if err := a.refuseInView(s, r.URL.Query().Get("file")); err != nil {
+		return err
 	}
 	// The write holds the job slot until it has answered: a restore or a
 	// transfer never runs under it. The body stops being stored when the
@@ -157,6 +177,9 @@ func (a *API) postCreateDirectory(w http.ResponseWriter, r *http.Request, s *ser
 		Path string `json:"path"`
 	}
 	return a.changeFiles(w, r, s, &req, func(_ context.Context, fm *files.Manager) error {
+		if err := a.refuseInViewUnder(s, req.Path, []string{req.Name}); err != nil {
+			return err
+		}
 		return fm.Mkdir(req.Path, req.Name)
 	})
 }
@@ -167,6 +190,9 @@ func (a *API) postDelete(w http.ResponseWriter, r *http.Request, s *server.Serve
 		Files []string `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		if err := a.refuseInViewUnder(s, req.Root, req.Files); err != nil {
+			return err
+		}
 		return fm.Delete(ctx, req.Root, req.Files)
 	})
 }
@@ -177,6 +203,13 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 		Files []files.Chmod `json:"files"`
 	}
 	return a.changeFiles(w, r, s, &req, func(ctx context.Context, fm *files.Manager) error {
+		names := make([]string, len(req.Files))
+		for i, c := range req.Files {
+			names[i] = c.File
+		}
+		if err := a.refuseInViewUnder(s, req.Root, names); err != nil {
+			return err
+		}
 		return fm.ChmodAll(ctx, req.Root, req.Files)
 	})
 }
@@ -251,6 +284,9 @@ func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Ser
 		return err
 	}
 	defer end()
+	if req.Files, err = a.compressNames(s, req.Root, req.Files); err != nil {
+		return err
+	}
 	st, err := a.fileManager(s).Compress(ctx, req)
 	if err != nil {
 		return workErr(ctx, err)
@@ -269,6 +305,9 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		return err
 	}
 	defer end()
+	if err := a.refuseInViewUnder(s, req.Root, []string{req.File}); err != nil {
+		return err
+	}
 	fm := a.fileManager(s)
 	cfg := a.Config.Get().System
 	d := cfg.Decompress

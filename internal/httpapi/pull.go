@@ -34,6 +34,9 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 	if err := readJSON(w, r, &req); err != nil {
 		return err
 	}
+	if err := a.refuseInView(s, req.Root, req.Directory); err != nil {
+		return err
+	}
 	// A background download outlives the request: its job ends with the
 	// server (deleted) and the pull service, not with the client.
 	parent := r.Context()

@@ -52,6 +52,12 @@ func (a *API) getDownloadFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if p, err := a.viewPath(s, claims.FilePath); err != nil || p.In {
+		if err != nil {
+			return err
+		}
+		return a.serveViewFile(w, r, s, p, claims.FilePath, true, true)
+	}
 	f, err := s.Files().Open(claims.FilePath)
 	if err != nil {
 		return err
@@ -142,6 +148,9 @@ func attachment(name string) string {
 func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 	claims, s, err := redeem(a, r, a.Tokens.Upload)
 	if err != nil {
+		return err
+	}
+	if err := a.refuseInView(s, r.URL.Query().Get("directory")); err != nil {
 		return err
 	}
 	// The same rule as the file manager: the upload holds the server's job

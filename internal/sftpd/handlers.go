@@ -1,6 +1,7 @@
 package sftpd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -112,7 +114,8 @@ func (s *session) record(event string, files ...any) {
 // handlers serve the SFTP requests of a session, every one through the
 // server's sandbox.
 type handlers struct {
-	sess *session
+	sess   *session
+	browse *backupview.View // the backups folder; nil: none
 }
 
 func (h *handlers) files() *sandbox.FS { return h.sess.srv.Files() }
@@ -132,6 +135,12 @@ func (h *handlers) Fileread(r *sftp.Request) (_ io.ReaderAt, err error) {
 	defer h.recover(&err)
 	if err := h.sess.allowRead(permReadContent); err != nil {
 		return nil, err
+	}
+	if p, in, err := h.inView(r.Filepath); err != nil || in {
+		if err != nil {
+			return nil, err
+		}
+		return h.viewRead(r, p)
 	}
 	release, err := h.sess.takeHandle()
 	if err != nil {
@@ -169,6 +178,9 @@ func (h *handlers) OpenFile(r *sftp.Request) (_ sftp.WriterAtReaderAt, err error
 }
 
 func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
+	if _, in, err := h.inView(r.Filepath); err != nil || in {
+		return nil, cmp.Or(err, errViewReadOnly)
+	}
 	fsys := h.files()
 	_, lerr := fsys.Lstat(r.Filepath)
 	exists := lerr == nil
@@ -283,6 +295,9 @@ func (w *writer) Close() error {
 // Filecmd runs the commands that change the tree.
 func (h *handlers) Filecmd(r *sftp.Request) (err error) {
 	defer h.recover(&err)
+	if viewed, err := h.viewChange(r); viewed {
+		return err
+	}
 	switch r.Method {
 	case "Setstat":
 		return h.setstat(r)
@@ -535,6 +550,12 @@ func (h *handlers) Filelist(r *sftp.Request) (_ sftp.ListerAt, err error) {
 	if err := h.sess.allowRead(permRead); err != nil {
 		return nil, err
 	}
+	if p, in, err := h.inView(r.Filepath); err != nil || in {
+		if err != nil {
+			return nil, err
+		}
+		return h.viewList(r, p)
+	}
 	switch r.Method {
 	case "List":
 		release, err := h.sess.takeHandle()
@@ -552,7 +573,7 @@ func (h *handlers) Filelist(r *sftp.Request) (_ sftp.ListerAt, err error) {
 			release()
 			return nil, errNotDir
 		}
-		return &dirLister{f: d, release: release}, nil
+		return &dirLister{f: d, release: release, extra: h.viewRootEntry(r.Filepath)}, nil
 	case "Stat":
 		fi, err := h.files().Stat(r.Filepath)
 		if err != nil {
@@ -569,6 +590,12 @@ func (h *handlers) Lstat(r *sftp.Request) (_ sftp.ListerAt, err error) {
 	if err := h.sess.allowRead(permRead); err != nil {
 		return nil, err
 	}
+	if p, in, err := h.inView(r.Filepath); err != nil || in {
+		if err != nil {
+			return nil, err
+		}
+		return h.viewList(r, p)
+	}
 	fi, err := h.files().Lstat(r.Filepath)
 	if err != nil {
 		return nil, toStatus(err)
@@ -581,6 +608,12 @@ func (h *handlers) Readlink(name string) (_ string, err error) {
 	defer h.recover(&err)
 	if err := h.sess.allowRead(permRead); err != nil {
 		return "", err
+	}
+	if p, in, err := h.inView(name); err != nil || in {
+		if err != nil {
+			return "", err
+		}
+		return h.viewReadlink(p)
 	}
 	t, err := h.files().Readlink(name)
 	return t, toStatus(err)
@@ -608,7 +641,8 @@ type dirLister struct {
 	f       *sandbox.File
 	pos     int64
 	eof     bool
-	release func() // the session's handle
+	release func()        // the session's handle
+	extra   []os.FileInfo // listed first (the backups folder at the root)
 }
 
 func (l *dirLister) ListAt(buf []os.FileInfo, off int64) (int, error) {
@@ -618,6 +652,10 @@ func (l *dirLister) ListAt(buf []os.FileInfo, off int64) (int, error) {
 		return 0, &statusError{sftp.ErrSSHFxFailure, "A directory is listed in order."}
 	}
 	n := 0
+	for n < len(buf) && len(l.extra) > 0 {
+		buf[n], l.extra = l.extra[0], l.extra[1:]
+		n++
+	}
 	for n < len(buf) && !l.eof {
 		ents, err := l.f.ReadDir(len(buf) - n)
 		for _, e := range ents {

@@ -25,6 +25,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/server"
@@ -56,7 +57,10 @@ type Options struct {
 	Panel   Authenticator
 	// Activity receives the sftp events; nil drops them.
 	Activity Recorder
-	Log      *slog.Logger
+	// Browse is the backups folder of the servers' files (issue 35); nil:
+	// none.
+	Browse *backupview.View
+	Log    *slog.Logger
 	// Now is the clock (tests); time.Now when nil.
 	Now func() time.Time
 }
@@ -308,7 +312,7 @@ func (s *Server) serveSFTP(sess *session, ch ssh.Channel) {
 			s.log.Error("SFTP session panicked; closed", "server", sess.srv.UUID(), "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	h := &handlers{sess: sess}
+	h := &handlers{sess: sess, browse: s.opts.Browse}
 	rs := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 	if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
 		s.log.Debug("SFTP session ended", "server", sess.srv.UUID(), "error", err)

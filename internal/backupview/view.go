@@ -1,0 +1,278 @@
+// Package backupview is the read-only folder of a server's backups (issue
+// 35): at the root of every server's file tree, a virtual directory
+// (system.backups.browse_directory, ".backups") holds one directory per
+// backup of the server in the backup repository, named by the backup's
+// UUID, with the server's tree as it was in that backup. It is never on
+// disk: the faces (httpapi, sftpd) take a branch to it for the paths under
+// it. Files are read by the repository chunks that hold them (a few
+// decoded chunks per open file, never the whole backup); the denylist of
+// the server applies to every path inside, links are reported as links
+// and never followed, and names are checked as the sandbox checks them.
+package backupview
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wharf/wharf/internal/chunkstore"
+	"github.com/wharf/wharf/internal/sandbox"
+	"github.com/wharf/wharf/internal/usererr"
+)
+
+// Source is where the view finds the repository: the store and the name of
+// the view's directory, or a nil store when the view is off (browsing
+// disabled, backups not in a repository, no repository yet).
+type Source func() (st *chunkstore.Store, dir string)
+
+// cachedTrees is how many backups' indexes the view keeps: a listing of
+// a backup's directories builds one (about 300 bytes a file) the first
+// time; the few last used stay.
+const cachedTrees = 4
+
+// View is the backups folder of every server of a node.
+type View struct {
+	src   Source
+	mu    sync.Mutex
+	trees []cachedTree // most recent first
+}
+
+type cachedTree struct {
+	key string
+	t   *tree
+}
+
+// New returns the view over src.
+func New(src Source) *View { return &View{src: src} }
+
+// Errors of the view shown to the user.
+var (
+	// ErrReadOnly: a change inside the view.
+	ErrReadOnly = usererr.New(usererr.Forbidden, "The backups folder is read-only: to restore a file or a folder, move (rename) it out of the backups folder.")
+	// ErrLink: a symbolic link of a backup is never followed.
+	ErrLink = usererr.New(usererr.Invalid, "Symbolic links stored in a backup are not followed.")
+	// ErrIntoView: a rename onto a name inside the view.
+	ErrIntoView = usererr.New(usererr.Forbidden, "Nothing can be moved into the backups folder: it is read-only.")
+)
+
+// Path is a name split against the view: In says it is inside the view;
+// Backup is the backup's UUID ("" the view's root) and Rel the path in
+// that backup ("." its root).
+type Path struct {
+	In     bool
+	Backup string
+	Rel    string
+}
+
+// Split places name (a user's path, relative to the server's root)
+// against the view of fsys's server. The view is off when a real entry of
+// its name exists at the root: the real entry stays reachable as it is.
+func (v *View) Split(fsys *sandbox.FS, name string) (Path, error) {
+	if v == nil {
+		return Path{}, nil
+	}
+	st, dir := v.src()
+	if st == nil || dir == "" {
+		return Path{}, nil
+	}
+	c := path.Clean("/" + name)
+	first, rest, _ := strings.Cut(c[1:], "/")
+	if first != dir {
+		return Path{}, nil
+	}
+	if _, err := fsys.Lstat(dir); err == nil {
+		return Path{}, nil
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return Path{}, sandbox.ErrOutsideRoot
+	}
+	backup, rel, _ := strings.Cut(rest, "/")
+	if rel == "" {
+		rel = "."
+	}
+	return Path{In: true, Backup: backup, Rel: rel}, nil
+}
+
+// Active reports whether the view shows for fsys's server: its name, ""
+// when it does not.
+func (v *View) Active(fsys *sandbox.FS) string {
+	if v == nil {
+		return ""
+	}
+	st, dir := v.src()
+	if st == nil || dir == "" {
+		return ""
+	}
+	if _, err := fsys.Lstat(dir); err == nil {
+		return ""
+	}
+	return dir
+}
+
+// open finds the tree of backup of server (ErrNotExist when the server has
+// no such backup: a deleted backup leaves the view at once).
+func (v *View) open(ctx context.Context, server, backup string) (*chunkstore.Store, *tree, error) {
+	st, _ := v.src()
+	if st == nil {
+		return nil, nil, sandbox.ErrNotExist
+	}
+	bs, err := st.Backups(ctx, server)
+	if err != nil {
+		return nil, nil, err
+	}
+	found := false
+	for _, b := range bs {
+		found = found || b.Backup == backup
+	}
+	if !found {
+		return nil, nil, sandbox.ErrNotExist
+	}
+	key := server + "/" + backup
+	v.mu.Lock()
+	for i, c := range v.trees {
+		if c.key == key {
+			copy(v.trees[1:i+1], v.trees[:i])
+			v.trees[0] = c
+			v.mu.Unlock()
+			return st, c.t, nil
+		}
+	}
+	v.mu.Unlock()
+	m, err := st.Manifest(server, backup)
+	if errors.Is(err, chunkstore.ErrNotFound) {
+		return nil, nil, sandbox.ErrNotExist
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := buildTree(st, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	v.mu.Lock()
+	if len(v.trees) < cachedTrees {
+		v.trees = append(v.trees, cachedTree{})
+	}
+	copy(v.trees[1:], v.trees[:len(v.trees)-1])
+	v.trees[0] = cachedTree{key, t}
+	v.mu.Unlock()
+	return st, t, nil
+}
+
+// Info describes an entry of the view (fs.FileInfo, lstat's: a link is a
+// link).
+type Info struct {
+	name  string
+	size  int64
+	mode  fs.FileMode
+	mtime time.Time
+	// Target is a symbolic link's target (data only: never followed).
+	Target string
+}
+
+func (i Info) Name() string       { return i.name }
+func (i Info) Size() int64        { return i.size }
+func (i Info) Mode() fs.FileMode  { return i.mode }
+func (i Info) ModTime() time.Time { return i.mtime }
+func (i Info) IsDir() bool        { return i.mode.IsDir() }
+func (i Info) Sys() any           { return nil }
+
+func infoOf(n *node) Info {
+	return Info{name: path.Base(n.rel), size: n.size, mode: n.mode, mtime: n.mtime, Target: n.link}
+}
+
+// lookup finds p's node, with the denylist and the name rules applied to
+// its path in the backup.
+func (v *View) lookup(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*chunkstore.Store, *tree, *node, error) {
+	st, t, err := v.open(ctx, server, p.Backup)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rel := path.Clean(p.Rel)
+	if strings.HasPrefix(rel, "../") || rel == ".." || rel == "/" {
+		return nil, nil, nil, sandbox.ErrOutsideRoot
+	}
+	if rel != "." && fsys.Denied(rel) {
+		return nil, nil, nil, sandbox.ErrDenied
+	}
+	n, ok := t.nodes[rel]
+	if !ok {
+		return nil, nil, nil, sandbox.ErrNotExist
+	}
+	return st, t, t.resolve(n), nil
+}
+
+// Stat describes p (a link as a link).
+func (v *View) Stat(ctx context.Context, fsys *sandbox.FS, server string, p Path) (Info, error) {
+	if p.Backup == "" {
+		return Info{name: path.Base("/" + v.Active(fsys)), mode: fs.ModeDir | 0o555, mtime: time.Now()}, nil
+	}
+	_, t, n, err := v.lookup(ctx, fsys, server, p)
+	if err != nil {
+		return Info{}, err
+	}
+	i := infoOf(n)
+	if n.rel == "." {
+		i.name, i.mtime = p.Backup, t.created
+	}
+	return i, nil
+}
+
+// List describes the entries of the directory p, by name: the backups of
+// the server (by UUID, dated when they were made) at the view's root.
+func (v *View) List(ctx context.Context, fsys *sandbox.FS, server string, p Path) ([]Info, error) {
+	if p.Backup == "" {
+		return v.listBackups(ctx, server)
+	}
+	_, t, n, err := v.lookup(ctx, fsys, server, p)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isDir() {
+		return nil, sandbox.ErrNotDir
+	}
+	kids := t.kids[n.rel]
+	out := make([]Info, 0, len(kids))
+	for _, k := range kids {
+		out = append(out, infoOf(t.resolve(k)))
+	}
+	return out, nil
+}
+
+func (v *View) listBackups(ctx context.Context, server string) ([]Info, error) {
+	st, _ := v.src()
+	if st == nil {
+		return nil, sandbox.ErrNotExist
+	}
+	bs, err := st.Backups(ctx, server)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, Info{name: b.Backup, mode: fs.ModeDir | 0o555, mtime: b.ModTime})
+	}
+	return out, nil
+}
+
+// Open opens the regular file p for reading. A directory is ErrIsDir, a
+// link ErrLink.
+func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*File, error) {
+	st, t, n, err := v.lookup(ctx, fsys, server, p)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case n.isDir():
+		return nil, sandbox.ErrIsDir
+	case n.mode&fs.ModeSymlink != 0:
+		return nil, ErrLink
+	case n.hard != "":
+		return nil, sandbox.ErrNotExist // a later name whose first name is not in the backup
+	}
+	return openFile(st, t, n, infoOf(n))
+}
