@@ -29,6 +29,9 @@ func (v *View) CopyOut(ctx context.Context, fsys *sandbox.FS, server string, p P
 	if err != nil {
 		return err
 	}
+	if denied(fsys, n) {
+		return sandbox.ErrDenied
+	}
 	if _, err := fsys.Lstat(dst); err == nil {
 		return sandbox.ErrExist
 	} else if !errors.Is(err, sandbox.ErrNotExist) {
@@ -60,7 +63,7 @@ func (t *tree) bytesUnder(fsys *sandbox.FS, n *node) int64 {
 	}
 	var total int64
 	for _, k := range t.kids[n.rel] {
-		if fsys.Denied(k.rel) {
+		if denied(fsys, t.resolve(k)) {
 			continue
 		}
 		total += t.bytesUnder(fsys, t.resolve(k))
@@ -97,10 +100,11 @@ func (c *copier) dir(n *node, dst string) error {
 		return err
 	}
 	for _, k := range c.t.kids[n.rel] {
-		if c.fsys.Denied(k.rel) {
+		r := c.t.resolve(k)
+		if denied(c.fsys, r) {
 			continue
 		}
-		if err := c.entry(c.t.resolve(k), dst+"/"+path.Base(k.rel)); err != nil {
+		if err := c.entry(r, dst+"/"+path.Base(k.rel)); err != nil {
 			return err
 		}
 	}

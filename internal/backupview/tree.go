@@ -40,6 +40,7 @@ type node struct {
 	mtime time.Time
 	link  string // symbolic link target
 	hard  string // a later name of the file at hard (read as it)
+	alias string // resolved from a later name: the first name, whose content it is
 	entry int64  // offset of its tar entry in the stream (regular files); -1 none
 	end   int64  // end of its tar entry
 }
@@ -183,7 +184,7 @@ func (t *tree) resolve(n *node) *node {
 		return n
 	}
 	if to, ok := t.nodes[n.hard]; ok && to.hard == "" && to.mode.IsRegular() {
-		return &node{rel: n.rel, mode: to.mode, size: to.size, mtime: to.mtime, entry: to.entry, end: to.end}
+		return &node{rel: n.rel, mode: to.mode, size: to.size, mtime: to.mtime, entry: to.entry, end: to.end, alias: to.rel}
 	}
 	return n
 }

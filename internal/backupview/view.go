@@ -185,8 +185,9 @@ func infoOf(n *node) Info {
 	return Info{name: path.Base(n.rel), size: n.size, mode: n.mode, mtime: n.mtime, Target: n.link}
 }
 
-// lookup finds p's node, with the denylist and the name rules applied to
-// its path in the backup.
+// lookup finds p's node, with the name rules applied to its path in the
+// backup. As on the live tree, the denylist refuses reading and copying
+// (Open, CopyOut: denied), never the metadata (Stat, List).
 func (v *View) lookup(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*chunkstore.Store, *tree, *node, error) {
 	st, t, err := v.open(ctx, server, p.Backup)
 	if err != nil {
@@ -195,9 +196,6 @@ func (v *View) lookup(ctx context.Context, fsys *sandbox.FS, server string, p Pa
 	rel := path.Clean(p.Rel)
 	if strings.HasPrefix(rel, "../") || rel == ".." || rel == "/" {
 		return nil, nil, nil, sandbox.ErrOutsideRoot
-	}
-	if rel != "." && fsys.Denied(rel) {
-		return nil, nil, nil, sandbox.ErrDenied
 	}
 	n, ok := t.nodes[rel]
 	if !ok {
@@ -266,6 +264,9 @@ func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path
 	if err != nil {
 		return nil, err
 	}
+	if denied(fsys, n) {
+		return nil, sandbox.ErrDenied
+	}
 	switch {
 	case n.isDir():
 		return nil, sandbox.ErrIsDir
@@ -275,4 +276,10 @@ func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path
 		return nil, sandbox.ErrNotExist // a later name whose first name is not in the backup
 	}
 	return openFile(st, t, n, infoOf(n))
+}
+
+// denied says the denylist refuses reading n (or, for a later name of a
+// file, the name it shares the content with).
+func denied(fsys *sandbox.FS, n *node) bool {
+	return n.rel != "." && fsys.Denied(n.rel) || n.alias != "" && fsys.Denied(n.alias)
 }
