@@ -79,16 +79,16 @@ func (v *View) Split(fsys *sandbox.FS, name string) (Path, error) {
 	if st == nil || dir == "" {
 		return Path{}, nil
 	}
-	c := path.Clean("/" + name)
-	first, rest, _ := strings.Cut(c[1:], "/")
+	c, ok := cleanUser(name)
+	if !ok {
+		return Path{}, nil // the sandbox refuses it as it does any such name
+	}
+	first, rest, _ := strings.Cut(c, "/")
 	if first != dir {
 		return Path{}, nil
 	}
 	if _, err := fsys.Lstat(dir); err == nil {
 		return Path{}, nil
-	}
-	if strings.IndexByte(name, 0) >= 0 {
-		return Path{}, sandbox.ErrOutsideRoot
 	}
 	backup, rel, _ := strings.Cut(rest, "/")
 	if rel == "" {
@@ -282,4 +282,27 @@ func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path
 // file, the name it shares the content with).
 func denied(fsys *sandbox.FS, n *node) bool {
 	return n.rel != "." && fsys.Denied(n.rel) || n.alias != "" && fsys.Denied(n.alias)
+}
+
+// cleanUser cleans a user's name as the sandbox does (relative to the
+// root, "." components and repeated slashes dropped, ".." resolved); false
+// for a name that climbs above the root or holds a NUL.
+func cleanUser(name string) (string, bool) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", false
+	}
+	var out []string
+	for _, p := range strings.Split(name, "/") {
+		switch p {
+		case "", ".":
+		case "..":
+			if len(out) == 0 {
+				return "", false
+			}
+			out = out[:len(out)-1]
+		default:
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "/"), true
 }

@@ -45,7 +45,7 @@ func (a *API) refuseInViewUnder(s *server.Server, root string, names []string) e
 		return err
 	}
 	for _, n := range names {
-		if err := a.refuseInView(s, path.Join("/", root, n)); err != nil {
+		if err := a.refuseInView(s, joinRoot(root, n)); err != nil {
 			return err
 		}
 	}
@@ -129,7 +129,7 @@ func (a *API) renameAll(ctx context.Context, s *server.Server, fm *files.Manager
 	viewed := false
 	for _, pr := range pairs {
 		for _, n := range []string{pr.From, pr.To} {
-			p, err := a.viewPath(s, path.Join("/", root, n))
+			p, err := a.viewPath(s, joinRoot(root, n))
 			if err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ func (a *API) renameAll(ctx context.Context, s *server.Server, fm *files.Manager
 		return fm.RenameAll(ctx, root, pairs)
 	}
 	for _, pr := range pairs {
-		from, to := path.Join("/", root, pr.From), path.Join("/", root, pr.To)
+		from, to := joinRoot(root, pr.From), joinRoot(root, pr.To)
 		pf, err := a.viewPath(s, from)
 		if err != nil {
 			return err
@@ -177,8 +177,8 @@ func (a *API) compressNames(s *server.Server, root string, names []string) ([]st
 	dir := a.Browse.Active(s.Files())
 	out := names[:0:0]
 	for _, n := range names {
-		full := path.Join("/", root, n)
-		if dir != "" && full == "/"+dir {
+		full := joinRoot(root, n)
+		if dir != "" && path.Clean("/"+full) == "/"+dir {
 			continue
 		}
 		if err := a.refuseInView(s, full); err != nil {
@@ -187,4 +187,14 @@ func (a *API) compressNames(s *server.Server, root string, names []string) ([]st
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// joinRoot names name inside the directory root as the file manager does
+// (files.join): cleaning it, and refusing a climb out, is left to the
+// sandbox and to the view's Split.
+func joinRoot(root, name string) string {
+	if root == "" {
+		return name
+	}
+	return root + "/" + name
 }
