@@ -92,6 +92,11 @@ var rules = []rule{
 		why:  "the backup repository stores streams; what a server or a backup is lives in internal/backup",
 	},
 	{
+		from: []string{"internal/backupview"},
+		only: []string{"internal/chunkstore", "internal/sandbox", "internal/usererr", "internal/atomicfile"},
+		why:  "the backups folder reads a repository through a server's sandbox: it knows no server, configuration or face (issue 35)",
+	},
+	{
 		from:   []string{"internal/chunkstore/s3backend"},
 		only:   []string{"internal/chunkstore", "internal/config"},
 		direct: true,
