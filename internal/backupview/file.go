@@ -14,8 +14,13 @@ import (
 
 // cachedChunks is how many decoded chunks an open file keeps (at most
 // 2 MiB each, 128 KiB on average): what an SFTP client's out-of-order
-// reads of neighbouring ranges need, and the file's whole memory.
-const cachedChunks = 4
+// reads of neighbouring ranges need. With the read-ahead of a sequential
+// reader (chunkstore's, at most 4 MiB), the file's whole memory.
+const cachedChunks = 8
+
+// streamWindow is how far ahead of the read-ahead stream a read may ask
+// before the stream is started again there (chunks).
+const streamWindow = 64
 
 // File is a regular file of a backup open for reading (io.ReaderAt over
 // the chunks that hold it; only those are read, each when a read needs
@@ -29,6 +34,13 @@ type File struct {
 	mu    sync.Mutex
 	cache []cached
 	seq   *seqReader
+	// ahead streams the chunks after the last one read, for sequential
+	// reads (coalesced ranged reads, decoded ahead on several cores);
+	// next is the index of the next chunk it gives, last the last chunk a
+	// read asked for.
+	ahead      io.ReadCloser
+	next, last int
+	endChunk   int // one past the file's last chunk
 }
 
 type cached struct {
@@ -58,6 +70,8 @@ func openFile(st *chunkstore.Store, t *tree, n *node, info Info) (*File, error) 
 	if !isSparse(h) {
 		f.data = n.entry + hdrLen
 	}
+	f.last = -2
+	f.endChunk, _ = slices.BinarySearch(t.starts, n.end)
 	return f, nil
 }
 
@@ -155,16 +169,55 @@ func (f *File) chunk(i int) ([]byte, error) {
 			return c.b, nil
 		}
 	}
-	b, err := f.st.ReadChunk(f.t.m.Chunks[i])
+	b, err := f.fetch(i)
 	if err != nil {
 		return nil, err
 	}
+	f.remember(i, b)
+	return b, nil
+}
+
+// fetch reads chunk i: from the read-ahead stream when the reads are
+// sequential (i follows the last one, or is just ahead of the stream),
+// else on its own.
+func (f *File) fetch(i int) ([]byte, error) {
+	sequential := i == f.last+1 || f.ahead != nil && i >= f.next && i < f.next+streamWindow
+	f.last = i
+	if !sequential {
+		return f.st.ReadChunk(f.t.m.Chunks[i])
+	}
+	if f.ahead == nil || i < f.next || i >= f.next+streamWindow {
+		f.stopAhead()
+		f.ahead, f.next = f.st.ChunkReader(f.t.m.Chunks[i:max(f.endChunk, i+1)]), i
+	}
+	for {
+		b := make([]byte, f.t.m.Chunks[f.next].Len)
+		if _, err := io.ReadFull(f.ahead, b); err != nil {
+			f.stopAhead()
+			return nil, err
+		}
+		f.next++
+		if f.next-1 == i {
+			return b, nil
+		}
+		f.remember(f.next-1, b) // read past on the way: an earlier request may want it
+	}
+}
+
+func (f *File) stopAhead() {
+	if f.ahead != nil {
+		f.ahead.Close()
+		f.ahead = nil
+	}
+}
+
+// remember caches chunk i, evicting the least recently used.
+func (f *File) remember(i int, b []byte) {
 	if len(f.cache) < cachedChunks {
 		f.cache = append(f.cache, cached{})
 	}
 	copy(f.cache[1:], f.cache[:len(f.cache)-1])
 	f.cache[0] = cached{i, b}
-	return b, nil
 }
 
 // readSeq reads p at off of a sparse file, in order: a read behind the
@@ -204,6 +257,7 @@ func (f *File) Close() error {
 		f.seq.Close()
 		f.seq = nil
 	}
+	f.stopAhead()
 	f.cache = nil
 	return nil
 }
