@@ -48,3 +48,16 @@ func TestBackupBrowseDirectoryValidation(t *testing.T) {
 		}
 	}
 }
+
+// The panel knows nothing of the backups folder: an update keeps the
+// node's settings.
+func TestUpdateKeepsBackupBrowse(t *testing.T) {
+	s, _ := newStore(t, func(c *Config) { c.System.Backups.Browse, c.System.Backups.BrowseDirectory = false, "old-backups" })
+	res, err := s.ApplyPanelUpdate(strings.NewReader(`{"uuid":"u","token_id":"t","token":"x","remote":"https://panel.example.com"}`))
+	if err != nil || !res.Applied {
+		t.Fatalf("res=%+v err=%v", res, err)
+	}
+	if b := s.Get().System.Backups; b.Browse || b.BrowseDirectory != "old-backups" {
+		t.Fatalf("after an update: browse %v, browse_directory %q", b.Browse, b.BrowseDirectory)
+	}
+}

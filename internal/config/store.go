@@ -244,6 +244,9 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	keepValue(&kept, "system.decompress", &ns.Decompress, cs.Decompress)
 	// The same for the bounds of backup downloads.
 	keepValue(&kept, "system.backups.downloads", &ns.Backups.Downloads, cs.Backups.Downloads)
+	// The backups folder (issue 35): the panels know nothing of it.
+	keepValue(&kept, "system.backups.browse", &ns.Backups.Browse, cs.Backups.Browse)
+	str("system.backups.browse_directory", &ns.Backups.BrowseDirectory, cs.Backups.BrowseDirectory)
 	// Derived at boot (the owner of server files): never the panel's to choose.
 	ns.User = cs.User
 	// Where the daemon writes host files (machine-id, passwd under User):
