@@ -19,6 +19,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/objectstore"
 )
 
 // The backups folder (issue 35) on the real binary: the file manager, the
@@ -514,4 +515,48 @@ func TestBrowseBackupsNotPartOfTheServer(t *testing.T) {
 		t.Fatalf("a real .backups file: %+v %q", r, b)
 	}
 	_, _ = id1, id2
+}
+
+// TestBrowseBackupsS3Repository: the folder over a repository in an S3
+// bucket (versitygw): listing, old contents, a restore by rename, and a
+// deleted backup gone.
+func TestBrowseBackupsS3Repository(t *testing.T) {
+	t.Parallel()
+	r := s3RepositoryNode(t, objectstore.StartOrSkip(t), "")
+	n := r.node
+	dir := n.serverDir(backupServer)
+	big := randomBytes(5 << 20)
+	writeFiles(t, dir, map[string]string{"a.txt": "old a", "world/r.bin": big})
+	id1 := newBackupID()
+	if st := n.backup(id1, "local", ""); !st.Successful {
+		t.Fatalf("backup: %+v\n%s", st, n.log)
+	}
+	writeFiles(t, dir, map[string]string{"a.txt": "new a"})
+	id2 := newBackupID()
+	if st := n.backup(id2, "local", ""); !st.Successful {
+		t.Fatalf("backup: %+v\n%s", st, n.log)
+	}
+	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), sortedIDs(id1, id2)) {
+		t.Fatalf("list /.backups: %s", body)
+	}
+	if res, b := n.contents("/.backups/" + id1 + "/a.txt"); res.code != 200 || string(b) != "old a" {
+		t.Fatalf("old a.txt: %+v %q", res, b)
+	}
+	if res, b := n.contents("/.backups/" + id1 + "/world/r.bin"); res.code != 200 || string(b) != big {
+		t.Fatalf("r.bin: %+v %d bytes", res, len(b))
+	}
+	res, body := n.request("PUT", "/api/servers/"+backupServer+"/files/rename",
+		map[string]any{"root": "/.backups/" + id1, "files": []map[string]string{{"from": "world", "to": "../../world-old"}}}, "")
+	if res.StatusCode != 204 {
+		t.Fatalf("restore: %d %s", res.StatusCode, body)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "world-old/r.bin")); string(b) != big {
+		t.Fatalf("restored r.bin: %d bytes", len(b))
+	}
+	if res, body := n.request("DELETE", "/api/servers/"+backupServer+"/backup/"+id1, nil, ""); res.StatusCode != 204 {
+		t.Fatalf("delete: %d %s", res.StatusCode, body)
+	}
+	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), []string{id2}) {
+		t.Fatalf("after the delete: %s", body)
+	}
 }
