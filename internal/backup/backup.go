@@ -100,6 +100,7 @@ type Service struct {
 	gcRunning     bool
 	gcAgain       bool
 	downloads     downloadSlots // signed repository downloads running (downloads.go)
+	browse        browseState   // the backups folder's repository (browse.go)
 }
 
 // New returns a service; ctx is the node's lifetime.

@@ -30,6 +30,7 @@ func (s *Service) repository(cfg *config.Config) (*chunkstore.Store, error) {
 			return nil, fmt.Errorf("opening the backup repository: %w", err)
 		}
 		s.repo, s.repoKey = st, key
+		s.browse.open.Store(&openRepo{st, key})
 	}
 	r := cfg.System.Backups.Repository
 	s.repo.SetPolicy(chunkstore.Policy{NodeWideDedup: r.NodeWideDedup(), MaxUnusedPercent: r.MaxUnusedPercent})
