@@ -62,16 +62,15 @@ func openFile(st *chunkstore.Store, t *tree, n *node, info Info) (*File, error) 
 		}
 		return nil, fmt.Errorf("backup view: %s has no entry", n.rel)
 	}
-	sr, h, hdrLen, err := f.openEntry()
+	f.last = -2
+	f.endChunk, _ = slices.BinarySearch(t.starts, n.end)
+	h, hdrLen, err := f.header()
 	if err != nil {
 		return nil, err
 	}
-	sr.Close()
 	if !isSparse(h) {
 		f.data = n.entry + hdrLen
 	}
-	f.last = -2
-	f.endChunk, _ = slices.BinarySearch(t.starts, n.end)
 	return f, nil
 }
 
@@ -95,6 +94,49 @@ type seqReader struct {
 }
 
 func (s *seqReader) Close() { s.rc.Close() }
+
+// header reads the file's tar header and its length in the stream from
+// the entry's first chunk(s) only (no read-ahead), which it caches: the
+// first read of the content needs them again.
+func (f *File) header() (*tar.Header, int64, error) {
+	i, found := slices.BinarySearch(f.t.starts, f.n.entry)
+	if !found {
+		i--
+	}
+	lr := &chunkSeq{f: f, i: i, skip: f.n.entry - f.t.starts[i]}
+	cr := &counter{r: lr}
+	h, err := tar.NewReader(cr).Next()
+	if err != nil {
+		return nil, 0, fmt.Errorf("backup view: reading the entry of %s: %w", f.n.rel, err)
+	}
+	return h, cr.n, nil
+}
+
+// chunkSeq reads the stream from chunk i (less skip bytes) one chunk at
+// a time, through the file's cache.
+type chunkSeq struct {
+	f    *File
+	i    int
+	skip int64
+	buf  []byte
+}
+
+func (c *chunkSeq) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 {
+		if c.i >= c.f.endChunk || c.i >= len(c.f.t.m.Chunks) {
+			return 0, io.EOF
+		}
+		b, err := c.f.chunk(c.i)
+		if err != nil {
+			return 0, err
+		}
+		c.i++
+		c.buf, c.skip = b[min(c.skip, int64(len(b))):], max(0, c.skip-int64(len(b)))
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
 
 // openEntry opens the file's tar entry: a reader positioned at the start
 // of its content, its header and the header's length in the stream.
