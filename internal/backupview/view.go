@@ -260,6 +260,9 @@ func (v *View) listBackups(ctx context.Context, server string) ([]Info, error) {
 // Open opens the regular file p for reading. A directory is ErrIsDir, a
 // link ErrLink.
 func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*File, error) {
+	if p.Backup == "" {
+		return nil, sandbox.ErrIsDir
+	}
 	st, t, n, err := v.lookup(ctx, fsys, server, p)
 	if err != nil {
 		return nil, err
