@@ -12,15 +12,16 @@ import (
 	"github.com/wharf/wharf/internal/chunkstore"
 )
 
-// cachedChunks is how many decoded chunks an open file keeps (at most
-// 2 MiB each, 128 KiB on average): what an SFTP client's out-of-order
-// reads of neighbouring ranges need. With the read-ahead of a sequential
-// reader (chunkstore's, at most 4 MiB), the file's whole memory.
-const cachedChunks = 8
-
-// streamWindow is how far ahead of the read-ahead stream a read may ask
-// before the stream is started again there (chunks).
-const streamWindow = 64
+// An open file caches decoded chunks up to cacheBytes (at least one
+// chunk; chunks are 128 KiB on average, 2 MiB at most): what an SFTP
+// client's out-of-order reads of neighbouring ranges need. A read that
+// follows the previous one reads the next stretch of up to batchBytes of
+// chunks at once (ranged reads of neighbours in a pack together). That is
+// the file's whole memory, whatever the file's or the backup's size.
+const (
+	cacheBytes = 4 << 20
+	batchBytes = 1 << 20
+)
 
 // File is a regular file of a backup open for reading (io.ReaderAt over
 // the chunks that hold it; only those are read, each when a read needs
@@ -34,13 +35,9 @@ type File struct {
 	mu    sync.Mutex
 	cache []cached
 	seq   *seqReader
-	// ahead streams the chunks after the last one read, for sequential
-	// reads (coalesced ranged reads, decoded ahead on several cores);
-	// next is the index of the next chunk it gives, last the last chunk a
-	// read asked for.
-	ahead      io.ReadCloser
-	next, last int
-	endChunk   int // one past the file's last chunk
+	cached   int64 // bytes in cache
+	last     int   // the last chunk read from the store
+	endChunk int   // one past the file's last chunk
 }
 
 type cached struct {
@@ -219,47 +216,42 @@ func (f *File) chunk(i int) ([]byte, error) {
 	return b, nil
 }
 
-// fetch reads chunk i: from the read-ahead stream when the reads are
-// sequential (i follows the last one, or is just ahead of the stream),
-// else on its own.
+// fetch reads chunk i: with the stretch after it when the reads are
+// sequential (i follows the last chunk read), else on its own.
 func (f *File) fetch(i int) ([]byte, error) {
-	sequential := i == f.last+1 || f.ahead != nil && i >= f.next && i < f.next+streamWindow
+	sequential := i == f.last+1
 	f.last = i
 	if !sequential {
 		return f.st.ReadChunk(f.t.m.Chunks[i])
 	}
-	if f.ahead == nil || i < f.next || i >= f.next+streamWindow {
-		f.stopAhead()
-		f.ahead, f.next = f.st.ChunkReader(f.t.m.Chunks[i:max(f.endChunk, i+1)]), i
+	j, n := i, int64(0)
+	for j < max(f.endChunk, i+1) && (j == i || n+f.t.m.Chunks[j].Len <= batchBytes) {
+		n += f.t.m.Chunks[j].Len
+		j++
 	}
-	for {
-		b := make([]byte, f.t.m.Chunks[f.next].Len)
-		if _, err := io.ReadFull(f.ahead, b); err != nil {
-			f.stopAhead()
-			return nil, err
-		}
-		f.next++
-		if f.next-1 == i {
-			return b, nil
-		}
-		f.remember(f.next-1, b) // read past on the way: an earlier request may want it
+	bs, err := f.st.ReadChunks(f.t.m.Chunks[i:j], batchBytes)
+	if err != nil {
+		return nil, err
 	}
+	for k := len(bs) - 1; k > 0; k-- {
+		f.remember(i+k, bs[k])
+	}
+	f.last = j - 1
+	return bs[0], nil
 }
 
-func (f *File) stopAhead() {
-	if f.ahead != nil {
-		f.ahead.Close()
-		f.ahead = nil
-	}
-}
-
-// remember caches chunk i, evicting the least recently used.
+// remember caches chunk i (most recent first), evicting the least
+// recently used beyond cacheBytes.
 func (f *File) remember(i int, b []byte) {
-	if len(f.cache) < cachedChunks {
-		f.cache = append(f.cache, cached{})
-	}
+	f.cache = append(f.cache, cached{})
 	copy(f.cache[1:], f.cache[:len(f.cache)-1])
 	f.cache[0] = cached{i, b}
+	f.cached += int64(len(b))
+	for len(f.cache) > 1 && f.cached > cacheBytes {
+		last := len(f.cache) - 1
+		f.cached -= int64(len(f.cache[last].b))
+		f.cache = f.cache[:last]
+	}
 }
 
 // readSeq reads p at off of a sparse file, in order: a read behind the
@@ -299,7 +291,6 @@ func (f *File) Close() error {
 		f.seq.Close()
 		f.seq = nil
 	}
-	f.stopAhead()
-	f.cache = nil
+	f.cache, f.cached = nil, 0
 	return nil
 }

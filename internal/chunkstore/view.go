@@ -42,3 +42,21 @@ func (s *Store) Backups(ctx context.Context, server string) ([]BackupObject, err
 	}
 	return out, nil
 }
+
+// ReadChunks returns the plain bytes of cs in order, read in the caller's
+// goroutine by ranged reads that take neighbours in a pack together (at
+// most limit bytes a read), each chunk checked against its hash: a
+// sequential reader's next stretch, without the Reader's goroutines.
+func (s *Store) ReadChunks(cs []Chunk, limit int64) ([][]byte, error) {
+	out := make([][]byte, 0, len(cs))
+	for _, g := range s.groups(cs, limit) {
+		bs, errs := s.fetch(g)
+		for i := range bs {
+			if errs[i] != nil {
+				return nil, errs[i]
+			}
+			out = append(out, bs[i])
+		}
+	}
+	return out, nil
+}
