@@ -27,14 +27,14 @@ const (
 // the chunks that hold it; only those are read, each when a read needs
 // it). Close releases it.
 type File struct {
-	info  Info
-	st    *chunkstore.Store
-	t     *tree
-	n     *node
-	data  int64 // offset of the content in the stream; -1: sparse (read in order)
-	mu    sync.Mutex
-	cache []cached
-	seq   *seqReader
+	info     Info
+	st       *chunkstore.Store
+	t        *tree
+	n        *node
+	data     int64 // offset of the content in the stream; -1: sparse (read in order)
+	mu       sync.Mutex
+	cache    []cached
+	seq      *seqReader
 	cached   int64 // bytes in cache
 	last     int   // the last chunk read from the store
 	endChunk int   // one past the file's last chunk
