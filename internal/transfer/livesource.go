@@ -232,13 +232,30 @@ func (ls *liveSender) unchanged(s scanned) bool {
 	return true // directories: created once, metadata in the manifest
 }
 
-// pending sums the file bytes a pass over the scan would send.
+// pending sums the file bytes a pass over the scan would send: from wire
+// version 4 on, a file with holes counts what it allocates and a file with
+// several names counts once.
 func (ls *liveSender) pending(tree []scanned) int64 {
 	var n int64
+	var seen map[fileID]bool
 	for _, s := range tree {
-		if s.kind == 'f' && !ls.unchanged(s) {
-			n += s.fi.Size()
+		if s.kind != 'f' || ls.unchanged(s) {
+			continue
 		}
+		if ls.firsts == nil {
+			n += s.fi.Size()
+			continue
+		}
+		if id, ok := multiName(s.fi); ok {
+			if seen == nil {
+				seen = map[fileID]bool{}
+			}
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+		}
+		n += dataSize(s.fi)
 	}
 	return n
 }

@@ -94,6 +94,15 @@ func holey(fi fs.FileInfo) bool {
 	return ok && st.Blocks*512 < fi.Size()
 }
 
+// dataSize is what a version-4 source sends of the file fi: its size, or
+// what it allocates when that is less (it has holes).
+func dataSize(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 < fi.Size() {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
 // nlink is fi's number of names (1 when unknown).
 func nlink(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
 
@@ -204,5 +205,65 @@ func TestLiveWireV4HostileRecordsFail(t *testing.T) {
 				t.Errorf("version 3: got %v, want a bad stream", err)
 			}
 		})
+	}
+}
+
+// sparseRecord is a valid sparse file record of size bytes with one
+// extent of len(data) bytes at each offset.
+func (w *wire) sparseRecord(rel string, size uint64, data []byte, offs ...uint64) *wire {
+	h := newContentHash()
+	w.begin(recSparse)
+	w.str(rel)
+	w.uvarint(0o644)
+	w.varint(1e18)
+	w.uvarint(size)
+	w.uvarint(uint64(len(offs)))
+	for _, off := range offs {
+		w.uvarint(off)
+		w.uvarint(uint64(len(data)))
+		w.bytes(data)
+		hashExtentHead(h, int64(off), int64(len(data)))
+		_, _ = h.Write(data)
+	}
+	sum := h.Sum128().Bytes()
+	w.bytes(sum[:])
+	_ = w.flush()
+	return w
+}
+
+// The target charges what a sparse file allocates, its data, against the
+// server's disk limit, not its size: 2 MiB of data in a 1 TiB file fit a
+// 4 MiB limit and fail a 1.5 MiB one.
+func TestLiveWireV4SparseChargesItsData(t *testing.T) {
+	data := bytes.Repeat([]byte{7}, 1<<20)
+	stream := newWire().pass(1, phaseOnline).sparseRecord("s", 1<<40, data, 0, 1<<39).stream()
+	for _, tc := range []struct {
+		limit int64
+		fits  bool
+	}{{4 << 20, true}, {3 << 19, false}} {
+		ar := newArena(t)
+		dst, err := sandbox.New(ar.root, sandbox.Options{UID: -1, GID: -1, DiskLimit: tc.limit})
+		must(t, err)
+		cr, err := newChunkReader(bytes.NewReader(stream))
+		must(t, err)
+		a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
+			sums: map[pathKey]fileSum{}, log: func(uint64, byte) {}, v4: true}
+		err = a.run()
+		cr.Close()
+		_ = dst.Close()
+		if !tc.fits {
+			if !errors.Is(err, sandbox.ErrNoSpace) {
+				t.Errorf("limit %d: got %v, want no space", tc.limit, err)
+			}
+			continue
+		}
+		// The stream has no end: it fails as cut short, after the file.
+		if !errors.Is(err, ErrSourceGone) {
+			t.Fatalf("limit %d: %v", tc.limit, err)
+		}
+		st := statOf(t, filepath.Join(ar.root, "s"))
+		if st.Size != 1<<40 || st.Blocks*512 > 3<<20 {
+			t.Errorf("limit %d: size %d, %d bytes allocated", tc.limit, st.Size, st.Blocks*512)
+		}
 	}
 }
