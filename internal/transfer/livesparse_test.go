@@ -267,3 +267,39 @@ func TestLiveWireV4SparseChargesItsData(t *testing.T) {
 		}
 	}
 }
+
+// Every prefix of a valid version-4 stream (sparse file and hard link
+// records) is a truncation: it fails as the source gone away, and writes
+// nothing outside the root. Prefixes are sampled (about 1,500).
+func TestLiveWireV4TruncatedStreamsFail(t *testing.T) {
+	src := t.TempDir()
+	f, err := os.Create(filepath.Join(src, "sparse.img"))
+	must(t, err)
+	for _, off := range []int64{0, 512 << 10} {
+		_, err := f.WriteAt(bytes.Repeat([]byte{9}, 4096), off)
+		must(t, err)
+	}
+	must(t, f.Truncate(1<<20))
+	must(t, f.Close())
+	must(t, os.WriteFile(filepath.Join(src, "first"), []byte("linked content"), 0o644))
+	for _, n := range []string{"second", "third"} {
+		must(t, os.Link(filepath.Join(src, "first"), filepath.Join(src, n)))
+	}
+	ls := newLiveSender(context.Background(), tree.Open(t, src), 4, "")
+	stream := encodeLiveWith(t, ls, "none")
+	if ls.links.Load() == 0 || ls.sparse.Load() == 0 {
+		t.Fatalf("%d hard link and %d sparse file records in the stream, want both", ls.links.Load(), ls.sparse.Load())
+	}
+	ar := newArena(t)
+	if _, err := ar.applyVersion(t, bytes.NewReader(stream), 4); err != nil {
+		t.Fatalf("the whole stream: %v", err)
+	}
+	step := max(1, len(stream)/1500)
+	for n := 0; n < len(stream); n += step {
+		ar := newArena(t)
+		if _, err := ar.applyVersion(t, bytes.NewReader(stream[:n]), 4); !errors.Is(err, ErrSourceGone) {
+			t.Fatalf("the stream cut at %d of %d bytes: got %v, want the source gone", n, len(stream), err)
+		}
+		ar.checkOutside(t)
+	}
+}
