@@ -123,6 +123,14 @@ func multiName(fi fs.FileInfo) (fileID, bool) {
 	return fileID{uint64(st.Dev), st.Ino}, true
 }
 
+// maxHardLinks bounds the hard link records of one stream: a name costs
+// the target no disk block (a link is not charged against the disk limit)
+// but an entry in its table of received files (section 5 of
+// docs/live-transfers.md), so the names a peer can make are bounded here
+// (~100 bytes each at most: ~26 MiB). A source sends further names past it
+// as files.
+const maxHardLinks = 1 << 18
+
 // maxFirstNames bounds the first names of multi-named files a pass
 // remembers; past it, further names are sent as files of their own.
 const maxFirstNames = 1 << 20
@@ -145,7 +153,7 @@ func (ls *liveSender) rememberFirst(rel string, fi fs.FileInfo) {
 // a file).
 func (ls *liveSender) sendHardLink(rel string, fi fs.FileInfo) (done bool, err error) {
 	id, ok := multiName(fi)
-	if !ok || ls.firsts == nil {
+	if !ok || ls.firsts == nil || ls.links.Load() >= maxHardLinks {
 		return false, nil
 	}
 	first, ok := ls.firsts[id]
@@ -296,6 +304,9 @@ var errLinkUnknown = errors.New("a hard link to a path this stream did not write
 // and still holds as written (its entry in sums); the sandbox makes the
 // link inside the root, following no link on either side.
 func (a *applier) hardLink(rel, target string) error {
+	if a.links++; a.links > a.maxLinks {
+		return fmt.Errorf("%w: more than %d hard link records", errBadStream, a.maxLinks)
+	}
 	if rel == target || isBelow(target, rel) {
 		return fmt.Errorf("%w: %w: %s to %s", errBadStream, errLinkUnknown, shortPath(rel), shortPath(target))
 	}

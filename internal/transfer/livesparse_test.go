@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,7 +248,7 @@ func TestLiveWireV4SparseChargesItsData(t *testing.T) {
 		cr, err := newChunkReader(bytes.NewReader(stream))
 		must(t, err)
 		a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
-			sums: map[pathKey]fileSum{}, log: func(uint64, byte) {}, v4: true}
+			sums: map[pathKey]fileSum{}, log: func(uint64, byte) {}, v4: true, maxLinks: maxHardLinks}
 		err = a.run()
 		cr.Close()
 		_ = dst.Close()
@@ -301,5 +302,31 @@ func TestLiveWireV4TruncatedStreamsFail(t *testing.T) {
 			t.Fatalf("the stream cut at %d of %d bytes: got %v, want the source gone", n, len(stream), err)
 		}
 		ar.checkOutside(t)
+	}
+}
+
+// The target refuses a stream with more hard link records than its bound
+// (maxHardLinks; 3 here): each name would cost it a table entry and no
+// disk block.
+func TestLiveWireV4HardLinksBounded(t *testing.T) {
+	w := newWire().pass(1, phaseOnline).file("a", "x")
+	for i := range 4 {
+		w.rec(recHardLink, fmt.Sprintf("l%d", i), "a")
+	}
+	ar := newArena(t)
+	cr, err := newChunkReader(bytes.NewReader(w.stream()))
+	must(t, err)
+	defer cr.Close()
+	dst, err := sandbox.New(ar.root, sandbox.Options{UID: -1, GID: -1})
+	must(t, err)
+	defer dst.Close()
+	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
+		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {}, v4: true, maxLinks: 3}
+	err = a.run()
+	if !errors.Is(err, errBadStream) || !strings.Contains(err.Error(), "more than 3 hard link records") {
+		t.Fatalf("got %v, want a bad stream of too many hard links", err)
+	}
+	if st := statOf(t, filepath.Join(ar.root, "a")); st.Nlink != 4 {
+		t.Errorf("a has %d names, want 4 (three links made, the fourth refused)", st.Nlink)
 	}
 }

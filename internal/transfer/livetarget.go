@@ -40,7 +40,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
-		noInstallLog: version < 3, v4: version >= 4,
+		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -119,8 +119,9 @@ type applier struct {
 	noInstallLog bool
 	installLog   []byte // the source's install log (not nil once received)
 	// v4: a version-4 stream, which may hold sparse file and hard link
-	// records.
-	v4 bool
+	// records: at most maxLinks of the latter (links so far).
+	v4              bool
+	links, maxLinks int
 
 	// The open directories down to the last record's (made on first
 	// use): each record is applied by one name in its parent, reached

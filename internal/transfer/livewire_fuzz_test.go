@@ -131,7 +131,7 @@ func (ar arena) applyVersion(tb testing.TB, body io.Reader, version int) (*appli
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
 		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {},
-		noInstallLog: version < 3, v4: version >= 4}
+		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks}
 	return a, a.run()
 }
 
