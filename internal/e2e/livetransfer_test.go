@@ -332,8 +332,8 @@ func TestLiveTransferFailures(t *testing.T) {
 	}
 }
 
-// A live transfer carries the server's install log (wire version 3, which
-// both nodes speak): after an install on the source, the admin's install
+// A live transfer carries the server's install log (from wire version 3; both
+// nodes speak version 4): after an install on the source, the admin's install
 // log viewer shows the install's output on the target.
 func TestLiveTransferCarriesInstallLog(t *testing.T) {
 	const id = "7b000021-0000-4000-8000-000000000021"
@@ -371,5 +371,5 @@ func TestLiveTransferCarriesInstallLog(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(c.Target.dataDir(id), "installed.txt")); err != nil || strings.TrimSpace(string(b)) != "done" {
 		t.Fatalf("installed.txt on the target: %q %v", b, err)
 	}
-	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=3`, time.Second)
+	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=4`, time.Second)
 }

@@ -128,9 +128,15 @@ type liveSender struct {
 	// installLog is the path of the server's install log, sent before the
 	// manifest when set (wire version 3 on).
 	installLog string
-	sent       atomic.Int64 // file bytes sent
-	pass       atomic.Int64
-	phase      atomic.Int64
+	// firsts (wire version 4 on; nil before) maps each file with several
+	// names to the first name this pass sent it under: its later names go
+	// as hard link records. It is emptied at every pass.
+	firsts map[fileID]string
+	sent   atomic.Int64 // file bytes sent
+	sparse atomic.Int64 // files sent as data extents
+	links  atomic.Int64 // hard link records sent
+	pass   atomic.Int64
+	phase  atomic.Int64
 }
 
 // newLiveSender is the sender of src's tree in wire version version, with
@@ -139,6 +145,9 @@ func newLiveSender(ctx context.Context, src *sandbox.FS, version int, installLog
 	ls := &liveSender{ctx: ctx, src: src, index: map[string]*liveEntry{}, h: newContentHash()}
 	if version >= 3 {
 		ls.installLog = installLog
+	}
+	if version >= 4 {
+		ls.firsts = map[fileID]string{}
 	}
 	return ls
 }
@@ -223,13 +232,30 @@ func (ls *liveSender) unchanged(s scanned) bool {
 	return true // directories: created once, metadata in the manifest
 }
 
-// pending sums the file bytes a pass over the scan would send.
+// pending sums the file bytes a pass over the scan would send: from wire
+// version 4 on, a file with holes counts what it allocates and a file with
+// several names counts once.
 func (ls *liveSender) pending(tree []scanned) int64 {
 	var n int64
+	var seen map[fileID]bool
 	for _, s := range tree {
-		if s.kind == 'f' && !ls.unchanged(s) {
-			n += s.fi.Size()
+		if s.kind != 'f' || ls.unchanged(s) {
+			continue
 		}
+		if ls.firsts == nil {
+			n += s.fi.Size()
+			continue
+		}
+		if id, ok := multiName(s.fi); ok {
+			if seen == nil {
+				seen = map[fileID]bool{}
+			}
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+		}
+		n += dataSize(s.fi)
 	}
 	return n
 }
@@ -292,6 +318,9 @@ func (ls *liveSender) send(tree []scanned, pass int, phase byte) error {
 func (ls *liveSender) beginPass(pass int, phase byte) error {
 	ls.pass.Store(int64(pass))
 	ls.phase.Store(int64(phase))
+	if ls.firsts != nil {
+		clear(ls.firsts)
+	}
 	ls.rw.begin(recPass)
 	ls.rw.uvarint(uint64(pass))
 	ls.rw.bytes([]byte{phase})
@@ -399,21 +428,32 @@ func (ls *liveSender) file(s scanned, final bool) error {
 	if !fi.Mode().IsRegular() {
 		return ls.vanished(s.rel)
 	}
+	if done, err := ls.sendHardLink(s.rel, fi); done || err != nil {
+		return err
+	}
 	ctime, ino := statTimes(fi)
 	e := &liveEntry{kind: 'f', mode: fi.Mode().Perm(), mtime: fi.ModTime().UnixNano(), ctime: ctime, ino: ino, size: fi.Size()}
-	ls.rw.begin(recFile)
-	ls.rw.str(s.rel)
-	ls.rw.uvarint(uint64(e.mode))
-	ls.rw.varint(e.mtime)
-	ls.rw.uvarint(uint64(e.size))
-	if err := ls.rw.flush(); err != nil {
-		return err
+	sparse := false
+	if ls.firsts != nil && holey(fi) { // version 4: holes stay holes
+		if sparse, err = ls.sendSparse(s.rel, f, e); err != nil {
+			return err
+		}
 	}
-	ls.h.Reset()
-	if err := ls.copyFile(f, e.size); err != nil {
-		return err
+	if !sparse {
+		ls.rw.begin(recFile)
+		ls.rw.str(s.rel)
+		ls.rw.uvarint(uint64(e.mode))
+		ls.rw.varint(e.mtime)
+		ls.rw.uvarint(uint64(e.size))
+		if err := ls.rw.flush(); err != nil {
+			return err
+		}
+		ls.h.Reset()
+		if err := ls.copyFile(f, e.size); err != nil {
+			return err
+		}
+		ls.sent.Add(e.size)
 	}
-	ls.sent.Add(e.size)
 	e.sum = ls.h.Sum128().Bytes()
 	ls.rw.scratch = append(ls.rw.scratch[:0], e.sum[:]...)
 	if err := ls.rw.flush(); err != nil {
@@ -425,6 +465,7 @@ func (ls *liveSender) file(s scanned, final bool) error {
 		e.racy = serr != nil || after.ModTime().UnixNano() != e.mtime || after.Size() != e.size || e.mtime >= edge || e.ctime >= edge
 	}
 	ls.index[s.rel] = e
+	ls.rememberFirst(s.rel, fi)
 	return nil
 }
 
@@ -577,7 +618,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	if werr == nil {
 		tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
 		svc.opts.Log.Info("live transfer streamed", "server", t.server, "passes", ls.pass.Load(),
-			"file_bytes", ls.sent.Load(), "wire_bytes", cw.sent.Load(), "chunks", cw.chunks.Load(), "zstd_chunks", cw.zchunks.Load())
+			"file_bytes", ls.sent.Load(), "sparse_files", ls.sparse.Load(), "hard_links", ls.links.Load(), "wire_bytes", cw.sent.Load(), "chunks", cw.chunks.Load(), "zstd_chunks", cw.zchunks.Load())
 	}
 	return werr
 }

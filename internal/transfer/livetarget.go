@@ -40,7 +40,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	a := &applier{
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
-		noInstallLog: version < 3,
+		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -118,6 +118,10 @@ type applier struct {
 	// noInstallLog: a version-2 stream, which has no install log record.
 	noInstallLog bool
 	installLog   []byte // the source's install log (not nil once received)
+	// v4: a version-4 stream, which may hold sparse file and hard link
+	// records: at most maxLinks of the latter (links so far).
+	v4              bool
+	links, maxLinks int
 
 	// The open directories down to the last record's (made on first
 	// use): each record is applied by one name in its parent, reached
@@ -192,8 +196,8 @@ func (a *applier) record(kind byte) error {
 		if d.err != nil {
 			return d.err
 		}
-		if size > 1<<50 {
-			return errBadStream
+		if size > maxFileSize {
+			return fmt.Errorf("%w: a file of %d bytes (at most %d)", errBadStream, size, uint64(maxFileSize))
 		}
 		return a.file(rel, mode, mtime, int64(size))
 	case recLink:
@@ -202,6 +206,25 @@ func (a *applier) record(kind byte) error {
 			return d.err
 		}
 		return a.link(rel, target, mtime)
+	case recSparse:
+		if !a.v4 {
+			return errBadStream
+		}
+		rel, mode, mtime := d.head()
+		size, count := d.uvarint(), d.uvarint()
+		if d.err != nil {
+			return d.err
+		}
+		return a.sparseFile(rel, mode, mtime, size, count)
+	case recHardLink:
+		if !a.v4 {
+			return errBadStream
+		}
+		rel, target := d.name(), d.name()
+		if d.err != nil {
+			return d.err
+		}
+		return a.hardLink(rel, target)
 	case recDelete:
 		rel := d.name()
 		if d.err != nil {
@@ -303,7 +326,9 @@ func (a *applier) clear(d *sandbox.Dir, rel, base string, want byte) (existed bo
 	if err != nil {
 		return false, err
 	}
-	if k := kindOf(fi.Mode()); k == want && want != 'l' {
+	// A file with several names (hard links this stream made) is never
+	// written in place: that would change its other names too.
+	if k := kindOf(fi.Mode()); k == want && want != 'l' && (k != 'f' || nlink(fi) < 2) {
 		return true, nil
 	}
 	return false, a.removeIn(d, rel, base, fi)

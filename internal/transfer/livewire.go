@@ -24,11 +24,12 @@ import (
 
 // LiveVersion is the newest version of the live-transfer wire this build
 // speaks; it speaks every version of liveVersions.
-const LiveVersion = 3
+const LiveVersion = 4
 
-// liveVersions are the versions this build speaks, oldest first: 2, and 3,
-// which adds the install log record.
-var liveVersions = []int{2, LiveVersion}
+// liveVersions are the versions this build speaks, oldest first: 2; 3,
+// which adds the install log record; 4, which adds the sparse file and
+// hard link records.
+var liveVersions = []int{2, 3, LiveVersion}
 
 // SpeaksLive reports whether this build speaks live wire version v.
 func SpeaksLive(v int) bool { return slices.Contains(liveVersions, v) }
@@ -116,6 +117,10 @@ const (
 	// Version 3: the server's install log (its last maxInstallLog bytes),
 	// at most once, in the final phase before the manifest.
 	recInstallLog = 'I' // uvarint length, bytes
+	// Version 4: a file sent as its data extents (holes stay holes), and a
+	// further name of a file this stream already wrote (livesparse.go).
+	recSparse   = 'S' // path, mode, mtime, size, count, count × (offset, length, bytes), hash
+	recHardLink = 'H' // path, path of the file it is a name of
 )
 
 // Phases named in a pass record.
@@ -128,6 +133,12 @@ const (
 const (
 	maxChunk   = 4 << 20 // raw bytes of one chunk
 	maxNameLen = 4096
+	// maxFileSize bounds the size a file or sparse file record declares
+	// (1 PiB, beyond any file system's file here).
+	maxFileSize = 1 << 50
+	// maxExtents bounds the data extents of one sparse file record; a
+	// source merges the extents around the smallest holes past it.
+	maxExtents = 16384
 )
 
 // chunkSize is the raw size of the chunks a source cuts.

@@ -131,7 +131,7 @@ func (ar arena) applyVersion(tb testing.TB, body io.Reader, version int) (*appli
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
 		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {},
-		noInstallLog: version < 3}
+		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks}
 	return a, a.run()
 }
 
@@ -503,6 +503,11 @@ func FuzzLiveWireApply(f *testing.F) {
 	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(maxInstallLog+1)).stream())
 	f.Add(newWire().pass(1, phaseOnline).rec(recInstallLog, uint64(2), []byte("ok")).stream())
 	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(2), []byte("ok")).rec(recInstallLog, uint64(0)).stream())
+	// Version 4: sparse files and hard links, valid and hostile.
+	f.Add(encodeLive(f, sparseLinkTree(f, 16<<20), "none"))
+	for _, c := range hostileV4Streams() {
+		f.Add(c.stream)
+	}
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		ar := newArena(t)
 		if n := allocated(func() { _ = ar.apply(t, stream) }); n > maxApplyAlloc {
@@ -609,9 +614,11 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 		{Offer{Protocol: LiveProtocol, Versions: []int{2}}, 2},
 		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3}}, 3},
 		{Offer{Protocol: LiveProtocol, Versions: []int{3, 2}}, 3},
-		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3, 4}}, 3},
+		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3, 4}}, 4},
+		{Offer{Protocol: LiveProtocol, Versions: []int{2, 3, 4, 5}}, 4},
 		{Offer{Protocol: LiveProtocol, Versions: []int{1}}, 0},
-		{Offer{Protocol: LiveProtocol, Versions: []int{4}}, 0},
+		{Offer{Protocol: LiveProtocol, Versions: []int{4}}, 4},
+		{Offer{Protocol: LiveProtocol, Versions: []int{5}}, 0},
 		{Offer{Protocol: LiveProtocol}, 0},
 		{Offer{Protocol: "other", Versions: []int{2, 3}}, 0},
 	} {
@@ -619,8 +626,8 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 			t.Errorf("offer %v: version %d, want %d", tc.offer, got, tc.want)
 		}
 	}
-	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3}) {
-		t.Errorf("this build offers %v, want [2 3]", got)
+	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3, 4}) {
+		t.Errorf("this build offers %v, want [2 3 4]", got)
 	}
 
 	v2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
