@@ -14,6 +14,9 @@
 //	packs/<2 hex>/<32 hex>            a pack: blobs, their index, a trailer
 //	index/<32 hex>                    an index object: packs and their blobs
 //	snapshots/<server>/<backup>.json  a backup's manifest
+//	nodes/<node>                      a node's claim (nodes.go)
+//	ids/<32 hex>                      the repository's id, when shared (shared.go)
+//	locks/writers/<node>, locks/gc/<node>  leases of a shared repository
 //
 // Crash safety is the order of the Puts, each durable when it returns: a
 // backup's packs, then the index object naming them, then its manifest. A
