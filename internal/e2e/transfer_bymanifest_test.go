@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/devpanel"
+	"github.com/wharf/wharf/internal/testutil/objectstore"
+	"github.com/wharf/wharf/internal/testutil/wait"
+)
+
+// countingProxy forwards to target and counts the bytes of the request
+// bodies it forwards (what the source sends the target).
+func countingProxy(t *testing.T, target string) (string, *atomic.Int64) {
+	t.Helper()
+	up, _ := url.Parse(target)
+	var n atomic.Int64
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(up) }}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = countBody{r.Body, &n}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &n
+}
+
+type countBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countBody) Read(p []byte) (int, error) {
+	k, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// sharedCluster is a cluster whose nodes keep backups in store's bucket,
+// shared (issue 36): under one prefix, or each under its own.
+func sharedCluster(t *testing.T, id string, store *objectstore.Store, samePrefix bool) *cluster {
+	t.Helper()
+	base := "xfer36-" + newBackupID()[:8]
+	return startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, c *config.Config) {
+		prefix := base + "/"
+		if !samePrefix {
+			prefix = base + "-" + name + "/"
+		}
+		c.System.Backups.Format = config.BackupFormatRepository
+		c.System.Backups.Repository.Shared = true
+		c.System.Backups.Repository.S3 = config.BackupRepositoryS3{
+			Endpoint: store.URL, Bucket: store.Bucket, Prefix: prefix, PathStyle: true,
+			AccessKeyID: store.Access, SecretAccessKey: store.Secret,
+		}
+	})
+}
+
+// transferThrough starts the transfer of id to the target through proxy
+// and waits for the target's success report.
+func (c *cluster) transferThrough(t *testing.T, id, proxy string) {
+	t.Helper()
+	res, body := c.Source.request("POST", "/api/servers/"+id+"/transfer",
+		map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + c.transferJWT(id)}, "")
+	if res.StatusCode != 202 {
+		t.Fatalf("start transfer: %d %s", res.StatusCode, body)
+	}
+	c.waitReports(c.Target, id, []string{"success"}, 120*time.Second)
+	c.Source.waitDaemonLog(`server=`+id+` direction=outgoing status=completed`, 30*time.Second)
+}
+
+// serverFill is the server of the transfer tests by manifest: 16 MiB,
+// backed up, then 2 % of it added (incompressible).
+func serverFill(t *testing.T, c *cluster, id string) (want map[string]string, size int64) {
+	t.Helper()
+	const total = 16 << 20
+	fill(t, c.Source, id, total)
+	c.backupOnSource(t, id, newBackupID())
+	writeFiles(t, c.Source.dataDir(id), map[string]string{"changed/after-backup.bin": randomBytes(total / 50)})
+	return snap(t, c.Source.dataDir(id)), total
+}
+
+// TestTransferByManifestSharedRepository (issue 36): source and target
+// share the backup repository; after a backup and a 2 % change, the
+// transfer sends the snapshot's name, not the files: the bytes through a
+// counting proxy in front of the target are at most 10 % of the server
+// (a few KiB), and the files arrive exact. The transfer snapshot leaves
+// the bucket afterwards.
+func TestTransferByManifestSharedRepository(t *testing.T) {
+	const id = "7a000036-0000-4000-8000-000000000036"
+	store := objectstore.StartOrSkip(t)
+	c := sharedCluster(t, id, store, true)
+	want, size := serverFill(t, c, id)
+	proxy, sent := countingProxy(t, c.Target.URL)
+	c.transferThrough(t, id, proxy)
+	c.Source.waitDaemonLog(`the target shares the backup repository: transfer by manifest`, 10*time.Second)
+	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
+	}
+	if n := sent.Load(); n > size/10 {
+		t.Fatalf("%d bytes went to the target, more than 10 %% of the %d-byte server", n, size)
+	}
+	t.Logf("bytes to the target: %d for a %d-byte server", sent.Load(), size)
+	wait.For(t, 30*time.Second, func() bool {
+		for k := range (&s3Repo{store: store}).objects(t) {
+			if strings.Contains(k, "/snapshots/"+id+"/transfer-") {
+				return false
+			}
+		}
+		return true
+	}, "the transfer snapshot to leave the bucket")
+	c.Target.assertUsable(id)
+}
+
+// TestTransferByManifestFallsBack: each node shares a repository, but not
+// the same one: today's transfer runs (the whole server through the
+// proxy), and the files arrive exact.
+func TestTransferByManifestFallsBack(t *testing.T) {
+	const id = "7a000037-0000-4000-8000-000000000037"
+	store := objectstore.StartOrSkip(t)
+	c := sharedCluster(t, id, store, false)
+	want, size := serverFill(t, c, id)
+	proxy, sent := countingProxy(t, c.Target.URL)
+	c.transferThrough(t, id, proxy)
+	if strings.Contains(c.Source.log.String(), "transfer by manifest") {
+		t.Fatal("the source transferred by manifest to a target with another repository")
+	}
+	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
+	}
+	if n := sent.Load(); n < size/2 {
+		t.Fatalf("only %d bytes went to the target for a %d-byte server: not today's transfer", n, size)
+	}
+}
