@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,8 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 
+	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/objectstore"
@@ -47,10 +53,10 @@ func (c countBody) Read(p []byte) (int, error) {
 
 // sharedCluster is a cluster whose nodes keep backups in store's bucket,
 // shared (issue 36): under one prefix, or each under its own.
-func sharedCluster(t *testing.T, id string, store *objectstore.Store, samePrefix bool) *cluster {
+func sharedCluster(t *testing.T, id string, store *objectstore.Store, samePrefix bool) (string, *cluster) {
 	t.Helper()
 	base := "xfer36-" + newBackupID()[:8]
-	return startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, c *config.Config) {
+	return base + "/", startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, c *config.Config) {
 		prefix := base + "/"
 		if !samePrefix {
 			prefix = base + "-" + name + "/"
@@ -97,7 +103,7 @@ func serverFill(t *testing.T, c *cluster, id string) (want map[string]string, si
 func TestTransferByManifestSharedRepository(t *testing.T) {
 	const id = "7a000036-0000-4000-8000-000000000036"
 	store := objectstore.StartOrSkip(t)
-	c := sharedCluster(t, id, store, true)
+	_, c := sharedCluster(t, id, store, true)
 	want, size := serverFill(t, c, id)
 	proxy, sent := countingProxy(t, c.Target.URL)
 	c.transferThrough(t, id, proxy)
@@ -126,7 +132,7 @@ func TestTransferByManifestSharedRepository(t *testing.T) {
 func TestTransferByManifestFallsBack(t *testing.T) {
 	const id = "7a000037-0000-4000-8000-000000000037"
 	store := objectstore.StartOrSkip(t)
-	c := sharedCluster(t, id, store, false)
+	_, c := sharedCluster(t, id, store, false)
 	want, size := serverFill(t, c, id)
 	proxy, sent := countingProxy(t, c.Target.URL)
 	c.transferThrough(t, id, proxy)
@@ -138,5 +144,63 @@ func TestTransferByManifestFallsBack(t *testing.T) {
 	}
 	if n := sent.Load(); n < size/2 {
 		t.Fatalf("only %d bytes went to the target for a %d-byte server: not today's transfer", n, size)
+	}
+}
+
+// TestTransferByManifestRefusesHostileReferences: a source (or anyone
+// holding a transfer token) names a snapshot the target's repository does
+// not hold, another repository, a name that is a path, or a real snapshot
+// with a wrong checksum: the target refuses with 400 and keeps nothing of
+// the server. The control: the same form naming a real snapshot with its
+// checksum is accepted and the files arrive.
+func TestTransferByManifestRefusesHostileReferences(t *testing.T) {
+	const id = "7a000038-0000-4000-8000-000000000038"
+	store := objectstore.StartOrSkip(t)
+	prefix, c := sharedCluster(t, id, store, true)
+	writeFiles(t, c.Source.dataDir(id), map[string]string{"a.txt": "from the snapshot", "world/r.bin": randomBytes(1 << 20)})
+	want := snap(t, c.Source.dataDir(id))
+	backupID := newBackupID()
+	c.backupOnSource(t, id, backupID)
+	repo := &s3Repo{store: store, prefix: prefix}
+	var repoID string
+	for k := range repo.objects(t) {
+		if rest, ok := strings.CutPrefix(k, prefix+"ids/"); ok {
+			repoID = rest
+		}
+	}
+	if repoID == "" {
+		t.Fatal("the shared repository has no id")
+	}
+	manifest := repo.get(t, "snapshots/"+id+"/"+backupID+".json")
+	m, err := chunkstore.ParseManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := "transfer-" + uuid.NewString()
+	if _, err := store.Client.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(store.Bucket), Key: aws.String(prefix + "snapshots/" + id + "/" + snapshot + ".json"), Body: bytes.NewReader(manifest),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ref := func(repo, name string) string { return `{"repository":"` + repo + `","snapshot":"` + name + `"}` }
+	for _, tt := range []struct{ what, ref, sum, msg string }{
+		{"a snapshot the repository lacks", ref(repoID, "transfer-"+uuid.NewString()), m.SHA1, "invalid transfer archive"},
+		{"another repository", ref(strings.Repeat("0", 32), snapshot), m.SHA1, "not the shared repository"},
+		{"a name that is a path", ref(repoID, "../"+backupID), m.SHA1, "not a snapshot reference"},
+		{"a backup's name", ref(repoID, backupID), m.SHA1, "not a snapshot reference"},
+		{"a wrong checksum", ref(repoID, snapshot), strings.Repeat("0", 40), "checksums don't match"},
+	} {
+		status, msg := c.postForm(id, [][2]string{{"repository_snapshot", tt.ref}, {"checksum", tt.sum}})
+		if status != 400 || !strings.Contains(msg, tt.msg) {
+			t.Fatalf("%s: %d %q, want 400 naming %q", tt.what, status, msg, tt.msg)
+		}
+		c.Target.assertGone(id)
+	}
+	status, msg := c.postForm(id, [][2]string{{"repository_snapshot", ref(repoID, snapshot)}, {"checksum", m.SHA1}})
+	if status != 200 {
+		t.Fatalf("the control, a real snapshot: %d %q", status, msg)
+	}
+	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
 	}
 }

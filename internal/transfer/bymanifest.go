@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,9 +211,9 @@ func (svc *Service) extractorFor(id string) snapshotExtractor {
 		if err != nil {
 			return "", extractErr(ctx, fmt.Errorf("%w: %v", ErrBadForm, err))
 		}
-		var ref snapshotRef
-		if len(b) > maxSnapshotRef || json.Unmarshal(b, &ref) != nil || ref.Repository == "" || !validSnapshotName(ref.Snapshot) {
-			return "", fmt.Errorf("%w: the part %s is not a snapshot reference", ErrBadForm, partRepository)
+		ref, err := parseSnapshotRef(b)
+		if err != nil {
+			return "", err
 		}
 		start := time.Now()
 		sum, err := svc.opts.Backups.ExtractTransferSnapshot(ctx, ref.Repository, id, ref.Snapshot, dst, opts)
@@ -225,6 +226,31 @@ func (svc *Service) extractorFor(id string) snapshotExtractor {
 		svc.opts.Log.Info("transfer snapshot extracted from the shared repository", "server", id, "snapshot", ref.Snapshot, "duration", time.Since(start))
 		return sum, nil
 	}
+}
+
+// parseSnapshotRef decodes the part naming the snapshot (another node's
+// bytes): a repository id and a name "transfer-<uuid>", nothing else.
+func parseSnapshotRef(b []byte) (snapshotRef, error) {
+	var ref snapshotRef
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if len(b) > maxSnapshotRef || dec.Decode(&ref) != nil || dec.More() || !validRepositoryID(ref.Repository) || !validSnapshotName(ref.Snapshot) {
+		return snapshotRef{}, fmt.Errorf("%w: the part %s is not a snapshot reference", ErrBadForm, partRepository)
+	}
+	return ref, nil
+}
+
+// validRepositoryID is a repository id: 32 lowercase hex digits.
+func validRepositoryID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // validSnapshotName is a name the source makes: "transfer-<uuid>".
