@@ -27,7 +27,7 @@ import (
 
 // countingProxy forwards to target and counts the bytes of the request
 // bodies it forwards (what the source sends the target).
-func countingProxy(t *testing.T, target string) (string, *atomic.Int64) {
+func countingProxy(t testing.TB, target string) (string, *atomic.Int64) {
 	t.Helper()
 	up, _ := url.Parse(target)
 	var n atomic.Int64
