@@ -204,3 +204,111 @@ func TestTransferByManifestRefusesHostileReferences(t *testing.T) {
 		t.Fatalf("tree differs (-source +target):\n%s", diff)
 	}
 }
+
+// failingS3 is a proxy in front of the S3 server that answers 503 to the
+// requests fail matches (the Host header is kept: it is signed).
+func failingS3(t *testing.T, target string, fail func(*http.Request) bool) string {
+	t.Helper()
+	up, _ := url.Parse(target)
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(up)
+		pr.Out.Host = pr.In.Host
+	}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fail(r) {
+			http.Error(w, "<Error><Code>ServiceUnavailable</Code></Error>", http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestTransferByManifestBucketFails: the bucket stops answering the
+// target's reads of packs while it extracts the snapshot, then the
+// source's writes while it stores it: each transfer fails cleanly (the
+// failure reported, the server still on the source, nothing kept on the
+// target, the transfer snapshot gone from the bucket); once the bucket
+// answers again the transfer goes by manifest and the files are exact.
+func TestTransferByManifestBucketFails(t *testing.T) {
+	const id = "7a000039-0000-4000-8000-000000000039"
+	store := objectstore.StartOrSkip(t)
+	var srcPuts, tgtPacks atomic.Bool
+	srcURL := failingS3(t, store.URL, func(r *http.Request) bool { return srcPuts.Load() && r.Method == http.MethodPut })
+	tgtURL := failingS3(t, store.URL, func(r *http.Request) bool {
+		return tgtPacks.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/packs/")
+	})
+	prefix := "xfer36f-" + newBackupID()[:8] + "/"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, c *config.Config) {
+		endpoint := srcURL
+		if name == "target" {
+			endpoint = tgtURL
+		}
+		c.System.Backups.Format = config.BackupFormatRepository
+		c.System.Backups.Repository.Shared = true
+		c.System.Backups.Repository.S3 = config.BackupRepositoryS3{
+			Endpoint: endpoint, Bucket: store.Bucket, Prefix: prefix, PathStyle: true,
+			AccessKeyID: store.Access, SecretAccessKey: store.Secret, MaxAttempts: 1,
+		}
+	})
+	want, _ := serverFill(t, c, id)
+	repo := &s3Repo{store: store, prefix: prefix}
+	noSnapshot := func() {
+		t.Helper()
+		wait.For(t, 30*time.Second, func() bool {
+			for k := range repo.objects(t) {
+				if strings.Contains(k, "/snapshots/"+id+"/transfer-") {
+					return false
+				}
+			}
+			return true
+		}, "the transfer snapshot to leave the bucket")
+	}
+	ended := func(k int) {
+		t.Helper()
+		wait.For(t, 60*time.Second, func() bool {
+			n := 0
+			for _, st := range c.Source.statuses(id) {
+				if st == "failed" {
+					n++
+				}
+			}
+			return n == k
+		}, "the source's transfer %d to end failed\n%s", k, c.Source.log)
+	}
+	start := func() {
+		t.Helper()
+		res, body := c.Source.request("POST", "/api/servers/"+id+"/transfer",
+			map[string]any{"url": c.Target.URL + "/api/transfers", "token": "Bearer " + c.transferJWT(id)}, "")
+		if res.StatusCode != 202 {
+			t.Fatalf("start transfer: %d %s", res.StatusCode, body)
+		}
+	}
+
+	tgtPacks.Store(true)
+	start()
+	c.waitReports(c.Source, id, []string{"failure"}, 60*time.Second)
+	ended(1)
+	c.Source.waitDaemonLog(`transfer by manifest`, 10*time.Second)
+	c.Target.assertGone(id)
+	if res, body := c.Source.request("GET", "/api/servers/"+id, nil, ""); res.StatusCode != 200 {
+		t.Fatalf("the server on the source after the failure: %d %s", res.StatusCode, body)
+	}
+	noSnapshot()
+	tgtPacks.Store(false)
+
+	srcPuts.Store(true)
+	start()
+	c.waitReports(c.Source, id, []string{"failure", "failure"}, 60*time.Second)
+	ended(2)
+	c.Target.assertGone(id)
+	srcPuts.Store(false)
+
+	start()
+	c.waitReports(c.Target, id, []string{"failure", "success"}, 120*time.Second)
+	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
+	}
+	noSnapshot()
+}
