@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/chunkstore"
@@ -239,6 +240,16 @@ func (s *Service) scheduleGC(st *chunkstore.Store) {
 	s.wg.Go(func() {
 		for {
 			n, err := st.GC()
+			if errors.Is(err, chunkstore.ErrGCDeferred) {
+				// Another node of a shared repository holds a lease:
+				// tried again until it is released (or expires).
+				s.log.Debug("backup repository garbage collection deferred", "error", err)
+				if !s.sleepCtx(gcRetry) {
+					s.endGC()
+					return
+				}
+				continue
+			}
 			if err != nil {
 				s.log.Error("backup repository garbage collection failed", "error", err)
 			} else if n > 0 {
@@ -254,4 +265,27 @@ func (s *Service) scheduleGC(st *chunkstore.Store) {
 			s.repoMu.Unlock()
 		}
 	})
+}
+
+// gcRetry is how soon a collection deferred by another node's lease on a
+// shared repository is tried again.
+const gcRetry = 10 * time.Second
+
+// sleepCtx waits d or until the service ends (false).
+func (s *Service) sleepCtx(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// endGC marks the background collection ended.
+func (s *Service) endGC() {
+	s.repoMu.Lock()
+	s.gcRunning, s.gcAgain = false, false
+	s.repoMu.Unlock()
 }

@@ -43,18 +43,48 @@ func openRepository(cfg *config.Config) (*chunkstore.Store, error) {
 			return nil, err
 		}
 		// Claimed before the index is read: a refused node reads nothing.
-		if err := claimError(cfg, chunkstore.ClaimBackend(ctx, b, cfg.UUID)); err != nil {
+		if err := claimError(cfg, claimBackend(ctx, cfg, b)); err != nil {
 			return nil, err
 		}
-		return chunkstore.OpenBackend(ctx, b)
+		if st, err = chunkstore.OpenBackend(ctx, b); err != nil {
+			return nil, err
+		}
+		return st, shareRepository(ctx, cfg, st)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := claimError(cfg, st.Claim(ctx, cfg.UUID)); err != nil {
+	if cfg.System.Backups.Repository.Shared {
+		err = st.ClaimShared(ctx, cfg.UUID)
+	} else {
+		err = st.Claim(ctx, cfg.UUID)
+	}
+	if err := claimError(cfg, err); err != nil {
 		return nil, err
 	}
-	return st, nil
+	return st, shareRepository(ctx, cfg, st)
+}
+
+// claimBackend claims the repository in b for this node: shared
+// (system.backups.repository.shared, issue 36) or for it alone.
+func claimBackend(ctx context.Context, cfg *config.Config, b chunkstore.Backend) error {
+	if cfg.System.Backups.Repository.Shared {
+		return chunkstore.ClaimSharedBackend(ctx, b, cfg.UUID)
+	}
+	return chunkstore.ClaimBackend(ctx, b, cfg.UUID)
+}
+
+// shareRepository turns on the leases of a shared repository and makes
+// sure it has an id (RepositoryID).
+func shareRepository(ctx context.Context, cfg *config.Config, st *chunkstore.Store) error {
+	if !cfg.System.Backups.Repository.Shared {
+		return nil
+	}
+	st.SetShared(cfg.UUID)
+	if _, err := st.RepositoryID(ctx, true); err != nil {
+		return fmt.Errorf("%s: %w", repositorySetting(cfg), err)
+	}
+	return nil
 }
 
 // claimError is the error of a claim of the repository for this node
@@ -82,6 +112,11 @@ func repositorySetting(cfg *config.Config) string {
 type SharedRepositoryError struct{ Shared *chunkstore.SharedError }
 
 func (e *SharedRepositoryError) Error() string {
+	if e.Shared.Exclusive {
+		return fmt.Sprintf("another node (%s) uses this backup repository without sharing it (system.backups.repository.shared is false there), "+
+			"and its garbage collection would destroy this node's backups: set system.backups.repository.shared: true on every node "+
+			"that uses the repository", strings.Join(e.Shared.Others, ", "))
+	}
 	return fmt.Sprintf("another node (%s) uses this backup repository, and two nodes on one repository destroy each other's backups: "+
 		"give each node its own bucket or prefix (or directory); this node backs up into it only when the other's object is gone "+
 		"(delete it only if that node no longer uses the repository)", strings.Join(e.Shared.Others, ", "))

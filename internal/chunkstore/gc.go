@@ -45,6 +45,13 @@ func (s *Store) GC() (int, error) {
 		s.mu.Unlock()
 	}()
 	ctx := context.Background()
+	lease, err := s.takeGCLease(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if lease != nil {
+		defer lease.drop()
+	}
 	used, err := s.usedBlobs()
 	if err != nil {
 		return 0, err
@@ -56,8 +63,16 @@ func (s *Store) GC() (int, error) {
 	plan := s.decide(used)
 	plan.adopted += adopted
 	moved := s.repack(ctx, plan)
+	// A collector that could not renew its lease may be taken for
+	// crashed by a node that then writes: it stops before any delete.
+	if err := s.gcLeaseValid(lease); err != nil {
+		return 0, err
+	}
 	if err := s.replaceIndexes(ctx, plan, moved); err != nil {
 		return 0, err
+	}
+	if err := s.gcLeaseValid(lease); err != nil {
+		return plan.removed, err
 	}
 	for _, id := range append(append(plan.dead, orphans...), moved.done...) {
 		if err := s.b.Delete(ctx, packName(id)); err != nil {

@@ -40,6 +40,9 @@ func NodeObject(node string) string {
 type SharedError struct {
 	Node   string   // this node
 	Others []string // the claims of the others (object names)
+	// Exclusive: this node shares the repository, and the others claimed
+	// it without sharing.
+	Exclusive bool
 }
 
 func (e *SharedError) Error() string {
@@ -50,6 +53,9 @@ type nodeClaim struct {
 	Node     string    `json:"node"`
 	Hostname string    `json:"hostname,omitempty"`
 	Claimed  time.Time `json:"claimed"`
+	// Shared: the node shares the repository (issue 36); a claim without
+	// it is exclusive.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // Claims lists the node claims of the repository in b (object names).

@@ -31,6 +31,10 @@ func (s *Store) lookup(h blobID) (blobLoc, bool) {
 // backup writes) into the in-memory index. It writes nothing: the next GC
 // stores an index naming those that a manifest uses.
 func (s *Store) rescan(ctx context.Context) {
+	if s.sharedMode() != nil {
+		// Another node's backups: their index objects come first.
+		_ = s.syncIndex(ctx)
+	}
 	for _, p := range s.unindexedPacks(ctx) {
 		es, err := readPackIndex(ctx, s.b, packName(p.id), p.size)
 		if err != nil {
@@ -96,8 +100,9 @@ func (s *Store) readChunk(c Chunk, off int64) ([]byte, error) {
 		return fail(errors.New("not in the repository"))
 	}
 	raw, err := s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
-	if errors.Is(err, fs.ErrNotExist) && s.readOnly && s.reload(context.Background()) == nil {
-		// A reader beside the daemon: a GC there may have repacked it.
+	if errors.Is(err, fs.ErrNotExist) && (s.readOnly || s.sharedMode() != nil) && s.reload(context.Background()) == nil {
+		// A reader beside the daemon, or a shared repository: a GC there
+		// may have repacked it.
 		if loc, ok = s.lookup(h); ok {
 			raw, err = s.b.Get(context.Background(), packName(loc.pack), int64(loc.off), int64(loc.n))
 		}
@@ -368,6 +373,15 @@ func (s *Store) Reader(m Manifest) io.ReadCloser {
 
 func (s *Store) readerWithin(m Manifest, bud *readBudget) *reader {
 	r := &reader{data: make(chan []byte, 16), stop: make(chan struct{}), bud: bud}
+	// A shared repository: the node's lease while the stream is read.
+	unlease, err := s.acquireLease(context.Background())
+	if err != nil {
+		r.fail = err
+		close(r.data)
+		r.unlease = func() {}
+		return r
+	}
+	r.unlease = unlease
 	r.wg.Go(func() {
 		defer close(r.data)
 		s.streamWithin(m.Chunks, r.stop, bud, func(i int, b []byte, err error) bool {
@@ -403,6 +417,8 @@ type reader struct {
 	buf   []byte
 	chunk int64 // length of the chunk buf is the rest of
 	err   error
+	// unlease releases the node's lease on a shared repository.
+	unlease func()
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -433,7 +449,11 @@ func (r *reader) Read(p []byte) (int, error) {
 
 // Close stops the reading ahead and waits for it.
 func (r *reader) Close() error {
-	r.once.Do(func() { close(r.stop) })
+	r.once.Do(func() {
+		close(r.stop)
+		r.wg.Wait()
+		r.unlease()
+	})
 	r.wg.Wait()
 	return nil
 }

@@ -14,6 +14,9 @@
 //	packs/<2 hex>/<32 hex>            a pack: blobs, their index, a trailer
 //	index/<32 hex>                    an index object: packs and their blobs
 //	snapshots/<server>/<backup>.json  a backup's manifest
+//	nodes/<node>                      a node's claim (nodes.go)
+//	ids/<32 hex>                      the repository's id, when shared (shared.go)
+//	locks/writers/<node>, locks/gc/<node>  leases of a shared repository
 //
 // Crash safety is the order of the Puts, each durable when it returns: a
 // backup's packs, then the index object naming them, then its manifest. A
@@ -29,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -86,6 +90,8 @@ type Store struct {
 	batches  sync.Pool              // *[]byte: the writers' batch buffers (batchBuf)
 	latest   latestCache            // the manifests committed last, per server
 	policy   Policy                 // guarded by mu (SetPolicy)
+
+	shared *sharedState // a repository shared with other nodes (shared.go); guarded by mu
 
 	afterMark func() // tests: runs between GC's reading of the manifests and its decision
 }
@@ -217,16 +223,49 @@ func (s *Store) loadIndexes(ctx context.Context) error {
 }
 
 // reload reads the index objects again into a fresh in-memory index
-// (read-only stores: another process's GC replaced them).
+// (read-only stores: another process's GC replaced them; shared ones:
+// another node's). Index objects this process stores meanwhile (a backup
+// committing) are read into it too before it replaces the old one.
 func (s *Store) reload(ctx context.Context) error {
+	s.mu.Lock()
+	before := maps.Clone(s.indexes)
+	s.mu.Unlock()
 	fresh := newStore(s.b)
 	if err := fresh.loadIndexes(ctx); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.idx, s.packs, s.indexes = fresh.idx, fresh.packs, fresh.indexes
-	return nil
+	for {
+		s.mu.Lock()
+		var added []string
+		for n := range s.indexes {
+			_, old := before[n]
+			_, in := fresh.indexes[n]
+			if !old && !in {
+				added = append(added, n)
+			}
+		}
+		if len(added) == 0 {
+			s.idx, s.packs, s.indexes = fresh.idx, fresh.packs, fresh.indexes
+			s.mu.Unlock()
+			return nil
+		}
+		s.mu.Unlock()
+		for _, n := range added {
+			b, err := s.b.Get(ctx, n, 0, -1)
+			fresh.indexes[n] = struct{}{}
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if packs, err := parseIndex(b); err == nil {
+				for _, p := range packs {
+					fresh.addPackLocked(p.ID, p.Entries)
+				}
+			}
+		}
+	}
 }
 
 // addPackLocked adds a pack's blobs to the index; a blob already indexed

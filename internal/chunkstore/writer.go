@@ -60,6 +60,8 @@ type Writer struct {
 	// tens of thousands of them.
 	listPins []int
 	own      ownChunks // what it may skip (policy.go)
+	// unlease releases the node's lease on a shared repository (shared.go).
+	unlease func()
 
 	// The caller's side: the batch being gathered, where its last part
 	// ends, whether part of the open segment went to the chunker
@@ -175,6 +177,14 @@ func (s *Store) NewWriter(server, backup string) *Writer {
 		freeParts: make(chan []segPart, 4),
 	}
 	w.own.all = s.currentPolicy().NodeWideDedup
+	// A shared repository: the node's lease first, so that no other
+	// node's collector runs while this backup decides what is stored.
+	if rel, err := s.acquireLease(w.ctx); err != nil {
+		w.fail(err)
+		w.unlease = func() {}
+	} else {
+		w.unlease = rel
+	}
 	for range n {
 		w.workers.Go(w.work)
 	}
@@ -612,6 +622,7 @@ func (w *Writer) release(committed bool) {
 	}
 	w.s.mu.Unlock()
 	w.packs = nil
+	w.unlease()
 }
 
 // Commit stores the index of the backup's packs, then its manifest. The
@@ -638,6 +649,9 @@ func (w *Writer) Commit() (Manifest, error) {
 	}
 	manifest := func() (string, []byte, error) {
 		ready.Wait()
+		if perr == nil {
+			perr = w.s.leaseValid()
+		}
 		// The caller gets m: the cache keeps its own slices, copied
 		// while the manifest is stored.
 		cloned.Go(func() {

@@ -35,6 +35,12 @@ type BackupRepository struct {
 	// repacks the packs with the most unused bytes (restic's
 	// --max-unused); 0 repacks every pack with an unused byte. Default 5.
 	MaxUnusedPercent int `yaml:"max_unused_percent" json:"max_unused_percent"`
+	// Shared lets several nodes back up into this one repository (the
+	// same bucket and prefix): leases in the repository keep each node's
+	// collection off what the others need (docs/backup-repository.md,
+	// "Shared repository across nodes"). Default false: a node refuses a
+	// repository another node claimed.
+	Shared bool `yaml:"shared" json:"shared"`
 }
 
 // The values of system.backups.repository.dedup_scope.
@@ -112,6 +118,9 @@ func (c *Config) validateBackupFormat(bad func(key, why string)) {
 	case "", DedupScopeServer, DedupScopeNode:
 	default:
 		bad("system.backups.repository.dedup_scope", "must be one of server, node")
+	}
+	if r := c.System.Backups.Repository; r.Shared && !r.S3.Enabled() && r.Path == "" {
+		bad("system.backups.repository.shared", "needs a repository other nodes reach: set system.backups.repository.s3 (or .path on a shared file system)")
 	}
 	if p := c.System.Backups.Repository.MaxUnusedPercent; p < 0 || p > 50 {
 		bad("system.backups.repository.max_unused_percent", "must be from 0 to 50")

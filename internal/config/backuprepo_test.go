@@ -191,3 +191,37 @@ func TestRepositoryDedupScopeAndMaxUnused(t *testing.T) {
 		t.Fatalf("after a panel update: %+v, kept %v", r, kept)
 	}
 }
+
+// Issue 36: sharing a repository between nodes is off unless set, needs a
+// repository other nodes reach, and the panel cannot change it.
+func TestRepositoryShared(t *testing.T) {
+	if Defaults().System.Backups.Repository.Shared {
+		t.Fatal("system.backups.repository.shared is on by default")
+	}
+	c, err := Parse([]byte("system:\n  backups:\n    repository:\n      shared: true\n      path: /srv/wharf-repo\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.System.Backups.Repository.Shared {
+		t.Fatal("shared: true not parsed")
+	}
+	bad := validConfig()
+	bad.System.Backups.Repository.Shared = true
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "system.backups.repository.shared: needs a repository other nodes reach") {
+		t.Fatalf("Validate() = %v; want the shared key named", err)
+	}
+	bad.System.Backups.Repository.S3 = BackupRepositoryS3{Bucket: "wharf-backups", AccessKeyID: "AKIAEXAMPLE", SecretAccessKey: "secret"}
+	if err := bad.Validate(); err != nil {
+		t.Fatalf("shared with a bucket: %v", err)
+	}
+	cur := validConfig()
+	cur.System.Backups.Repository.Shared = true
+	cur.System.Backups.Repository.Path = "/srv/wharf-repo"
+	next, kept, err := MergePanelUpdate(cur, strings.NewReader(`{"system":{"backups":{"repository":{"shared":false}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !next.System.Backups.Repository.Shared || !slices.Contains(kept, "system.backups.repository.shared") {
+		t.Fatalf("after a panel update: shared %v, kept %v", next.System.Backups.Repository.Shared, kept)
+	}
+}

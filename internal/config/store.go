@@ -219,6 +219,7 @@ func MergePanelUpdate(current *Config, body io.Reader) (*Config, []string, error
 	// What the repository shares and keeps: the node's business (issue 33).
 	str("system.backups.repository.dedup_scope", &ns.Backups.Repository.DedupScope, cs.Backups.Repository.DedupScope)
 	keepValue(&kept, "system.backups.repository.max_unused_percent", &ns.Backups.Repository.MaxUnusedPercent, cs.Backups.Repository.MaxUnusedPercent)
+	keepValue(&kept, "system.backups.repository.shared", &ns.Backups.Repository.Shared, cs.Backups.Repository.Shared)
 	// The bucket and its credentials: the panels never send them.
 	keepValue(&kept, "system.backups.repository.s3", &ns.Backups.Repository.S3, cs.Backups.Repository.S3)
 	if !jsonEqual(next.Docker, current.Docker) {

@@ -72,7 +72,7 @@ func (a *API) deleteIncomingTransfer(w http.ResponseWriter, r *http.Request) err
 // transfers off answers 404, as a node that never heard of them would.
 // The transfer JWT is checked as for the POST, without using it up.
 func (a *API) getTransfers(w http.ResponseWriter, r *http.Request) error {
-	if a.Transfers == nil || !a.Transfers.LiveEnabled() {
+	if a.Transfers == nil || !a.Transfers.Answers(r.Context()) {
 		return errNoResource
 	}
 	raw, err := bearerToken(r)
@@ -83,7 +83,7 @@ func (a *API) getTransfers(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(transfer.LiveOffer())
+	return json.NewEncoder(w).Encode(a.Transfers.Offer(r.Context()))
 }
 
 // postTransfers receives a server from a source node. The transfer JWT is

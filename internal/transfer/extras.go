@@ -108,6 +108,9 @@ type extras struct {
 	sums          map[string]string // checksum parts by backup UUID, as sent
 	install       []byte
 	hasLog        bool
+	// snapshot extracts a transfer snapshot from the shared repository
+	// (bymanifest.go); nil when this node has none.
+	snapshot snapshotExtractor
 }
 
 func newExtras(backupDir string, log *slog.Logger) *extras {

@@ -49,6 +49,10 @@ type Offer struct {
 	Protocol    string   `json:"protocol"`
 	Versions    []int    `json:"versions"`
 	Compression []string `json:"compression"`
+	// Repository is the id of the target's backup repository when it is
+	// shared with other nodes: a source sharing it transfers by manifest
+	// (bymanifest.go, issue 36).
+	Repository string `json:"repository,omitempty"`
 }
 
 // LiveOffer is what this build answers.

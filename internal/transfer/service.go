@@ -169,6 +169,14 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	tl.msg("Preparing to stream server data to destination...")
 	start := time.Now()
 	extra := svc.outgoingExtras(s, backups, log)
+	// A transfer that would be classic goes by manifest when the target
+	// shares the backup repository (bymanifest.go).
+	if len(extra.backups) > 0 || !svc.opts.Config.Get().System.Transfers.Live {
+		if handled, err := svc.byManifest(t, s, url, token, extra, tl, log, end); handled {
+			metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start))
+			return err == nil
+		}
+	}
 	// The live stream carries the server's files and install log:
 	// backups go with the classic form.
 	if len(extra.backups) > 0 && svc.opts.Config.Get().System.Transfers.Live {
@@ -445,6 +453,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	}
 	extra := newExtras(cfg.System.BackupDirectory, svc.opts.Log)
 	extra.layout = cfg.System.Backups.Layout
+	extra.snapshot = svc.extractorFor(t.server)
 	extra.setBounds(cfg.System.Transfers.MaxBackups, cfg.System.Transfers.MaxBackupSize, s.Files().DiskLimit())
 	defer extra.discard()
 	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {

@@ -168,6 +168,19 @@ func receive(ctx context.Context, mr *multipart.Reader, dst *sandbox.FS, opts ar
 				return extractErr(ctx, fmt.Errorf("%w: %v", archive.ErrCorrupt, err))
 			}
 			sum = h.Sum(nil)
+		case partRepository:
+			// A transfer by manifest (bymanifest.go): the files come from
+			// the shared repository.
+			if sum != nil || x.snapshot == nil {
+				return fmt.Errorf("%w: unexpected part %s", ErrBadForm, partRepository)
+			}
+			hexSum, err := x.snapshot(ctx, ctxReader{ctx, p}, dst, opts)
+			if err != nil {
+				return err
+			}
+			if sum, err = hex.DecodeString(hexSum); err != nil || len(sum) == 0 {
+				return fmt.Errorf("%w: the snapshot's checksum", ErrBadArchive)
+			}
 		case partChecksum, partChecksumArchive:
 			if sum == nil {
 				return fmt.Errorf("%w: the archive must be sent before the checksum", ErrBadForm)

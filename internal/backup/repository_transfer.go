@@ -1,0 +1,123 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/chunkstore"
+	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/sandbox"
+)
+
+// Transfers by manifest between nodes that share the repository (issue
+// 36): the source stores the server's files as a snapshot of the shared
+// repository (only what the bucket lacks is uploaded), the target reads
+// the snapshot from the same bucket.
+
+// ErrNotShared is a transfer snapshot asked of a node whose repository is
+// not shared, or not the one the source named.
+var ErrNotShared = errors.New("this node's backup repository is not the shared repository the source named")
+
+// SharedRepositoryID is the id of this node's backup repository when it
+// is shared with other nodes (system.backups.format: repository and
+// system.backups.repository.shared); ok false otherwise, or when it cannot
+// be read.
+func (s *Service) SharedRepositoryID(ctx context.Context) (id string, ok bool) {
+	cfg := s.cfg.Get()
+	if !sharedRepository(cfg) {
+		return "", false
+	}
+	st, err := s.repository(cfg)
+	if err != nil {
+		return "", false
+	}
+	id, err = st.RepositoryID(ctx, false)
+	return id, err == nil && id != ""
+}
+
+func sharedRepository(cfg *config.Config) bool {
+	return cfg.System.Backups.Format == config.BackupFormatRepository && cfg.System.Backups.Repository.Shared
+}
+
+// WriteTransferSnapshot stores every file of files (no ignore file
+// applies: a transfer moves the whole server) as the snapshot name of
+// server in the shared repository, and returns its checksum
+// (chunkstore.ChunkListSHA1).
+func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string) (string, error) {
+	cfg := s.cfg.Get()
+	if !sharedRepository(cfg) {
+		return "", ErrNotShared
+	}
+	st, err := s.repository(cfg)
+	if err != nil {
+		return "", err
+	}
+	w := st.NewWriter(server, name)
+	defer w.Abort()
+	w.SetBare()
+	hook := &repoFiles{w: w, prev: w.LatestIndex(server)}
+	_, err = archive.Write(ctx, w, files, archive.WriteOptions{
+		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
+		Files:       hook,
+		TreeTrailer: true,
+		TempDir:     cfg.System.TmpDirectory,
+	})
+	if err != nil {
+		return "", fmt.Errorf("writing the transfer snapshot: %w", err)
+	}
+	m, err := w.Commit()
+	if err != nil {
+		return "", err
+	}
+	return m.SHA1, nil
+}
+
+// DeleteTransferSnapshot removes a transfer snapshot (its blobs stay as
+// long as another backup names them) and schedules a collection.
+func (s *Service) DeleteTransferSnapshot(server, name string) error {
+	cfg := s.cfg.Get()
+	st, err := s.repository(cfg)
+	if err != nil {
+		return err
+	}
+	err = st.Delete(server, name)
+	if errors.Is(err, chunkstore.ErrNotFound) {
+		err = nil
+	}
+	s.scheduleGC(st)
+	return err
+}
+
+// ExtractTransferSnapshot extracts the snapshot name of server from the
+// shared repository repoID into dst and returns its checksum: refused
+// (ErrNotShared) when this node's repository is not that one. Every chunk
+// is checked against its hash as it is read.
+func (s *Service) ExtractTransferSnapshot(ctx context.Context, repoID, server, name string, dst *sandbox.FS, opts archive.ExtractOptions) (string, error) {
+	if id, ok := s.SharedRepositoryID(ctx); !ok || id != repoID {
+		return "", ErrNotShared
+	}
+	st, err := s.repository(s.cfg.Get())
+	if err != nil {
+		return "", err
+	}
+	m, err := st.Manifest(server, name)
+	if err != nil {
+		return "", fmt.Errorf("the transfer snapshot: %w", err)
+	}
+	if !m.Bare {
+		return "", errors.New("the transfer snapshot is not a bare stream")
+	}
+	rd := st.Reader(m)
+	defer rd.Close()
+	opts.Plain, opts.NoManifest = true, true
+	if _, err := archive.Extract(ctx, rd, dst, opts); err != nil {
+		if d := st.Check(m); d != nil && ctx.Err() == nil {
+			return "", &DamageError{D: d}
+		}
+		return "", err
+	}
+	return m.SHA1, nil
+}
