@@ -40,6 +40,9 @@ const (
 type Event struct {
 	Name string   `json:"event"`
 	Args []string `json:"args"`
+	// Kept: a console line never skipped for a consumer that lags (the
+	// daemon's own notices); see Queue.TakeRecent.
+	Kept bool `json:"-"`
 }
 
 // New builds an event.
@@ -108,8 +111,40 @@ func (b *Bus) Publish(e Event) {
 		return
 	}
 	f := Encode(e)
+	f.At = time.Now()
 	for q := range b.queues {
 		q.offer(f)
+	}
+}
+
+// PublishAll publishes es in order, as Publish does one by one, but each
+// queue takes them at once (one lock, one wake-up of its owner): a burst of
+// console lines read together reaches a socket's writer as one batch.
+func (b *Bus) PublishAll(es []Event) {
+	if len(es) == 0 {
+		return
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for s := range b.subs {
+		for _, e := range es {
+			if e.Args == nil {
+				e.Args = []string{}
+			}
+			s.offer(e)
+		}
+	}
+	if len(b.queues) == 0 {
+		return
+	}
+	now := time.Now()
+	fs := make([]Frame, len(es))
+	for i, e := range es {
+		fs[i] = Encode(e)
+		fs[i].At = now
+	}
+	for q := range b.queues {
+		q.offer(fs...)
 	}
 }
 

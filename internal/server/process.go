@@ -78,7 +78,9 @@ func (s *Server) attach(ctx context.Context) error {
 	}
 	if !s.goServer(func() {
 		defer close(run.done)
-		err := consoletext.ReadLines(stream, MaxLineBytes, s.onOutput)
+		var out outputBatch
+		err := consoletext.ReadLinesFlush(stream, MaxLineBytes, func(line string) { s.onOutput(line, &out) },
+			func() { out.publish(s.events) })
 		if err != nil && runCtx.Err() == nil {
 			s.log.Debug("console stream ended with an error", "error", err)
 		}
@@ -144,8 +146,27 @@ func (s *Server) onStreamEnd(runCtx context.Context, run *containerRun) {
 	}
 }
 
-// onOutput handles one console line of the running process.
-func (s *Server) onOutput(line string) {
+// outputBatch gathers the events of the console lines of one read of the
+// container's output, published together (events.Bus.PublishAll): a
+// socket's writer then wakes once for the burst instead of once per line.
+type outputBatch struct{ events []events.Event }
+
+func (b *outputBatch) add(e events.Event) { b.events = append(b.events, e) }
+
+// publish hands the gathered events on, in order, and empties the batch.
+func (b *outputBatch) publish(bus *events.Bus) {
+	if len(b.events) == 0 {
+		return
+	}
+	bus.PublishAll(b.events)
+	clear(b.events)
+	b.events = b.events[:0]
+}
+
+// onOutput handles one console line of the running process; its events
+// join out, which is published before anything the line itself causes (a
+// state change, the throttle's notice), so that the order holds.
+func (s *Server) onOutput(line string, out *outputBatch) {
 	s.mu.RLock()
 	starting := s.state == Starting
 	running := s.state.IsRunning()
@@ -155,6 +176,7 @@ func (s *Server) onOutput(line string) {
 	if starting {
 		for _, m := range done {
 			if m.match(line) {
+				out.publish(s.events)
 				s.setState(Running)
 				break
 			}
@@ -163,17 +185,18 @@ func (s *Server) onOutput(line string) {
 	ok, firstDrop := s.throttle.allow()
 	if !ok {
 		if firstDrop {
+			out.publish(s.events)
 			s.daemonMessage("Server is outputting console data too quickly -- throttling...")
 		}
 		return
 	}
 	s.console.add(line)
-	s.events.Publish(events.New(events.ConsoleOutput, line))
+	out.add(events.New(events.ConsoleOutput, line))
 	// After the throttle: a flood's dropped lines cost nothing more. Only
 	// while the process starts or runs, as in Pelican Wings.
 	if features != nil && running {
 		if m, ok := features.Match(line); ok {
-			s.events.Publish(events.New(events.FeatureMatch, m.JSON()))
+			out.add(events.New(events.FeatureMatch, m.JSON()))
 		}
 	}
 }

@@ -507,8 +507,12 @@ func (s *session) kick() {
 func (s *session) writeLoop() {
 	defer s.writers.Done()
 	var batch []events.Frame
+	opts := &s.hub.opts
+	marker := func(n int) events.Frame {
+		return events.Encode(events.New(events.ConsoleOutput, opts.SkippedLine(n)))
+	}
 	for {
-		batch = s.q.Take(batch)
+		batch = s.q.TakeRecent(batch, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
 		if len(batch) == 0 {
 			if s.q.Gone() { // the bus closed: the server is gone
 				s.Close(server.CloseDeleted, "server deleted")
