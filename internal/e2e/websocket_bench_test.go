@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -161,7 +162,7 @@ func BenchmarkWebsocketIdleMemory(b *testing.B) {
 func BenchmarkWebsocketConsoleDelivery(b *testing.B) {
 	testimages.RequireDocker(b)
 	testimages.GameServer(context.Background(), b)
-	id := benchServerID(200)
+	id := uuid.NewString() // fresh: other sessions run the same benchmarks on this engine
 	n := startNode(b, nodeOptions{servers: []devpanel.Server{gameServer(id)}, wrap: benchNice()})
 	b.Cleanup(func() { n.request("DELETE", "/api/servers/"+id, nil, "") })
 	n.request("POST", "/api/servers/"+id+"/power", map[string]any{"action": "start"}, "")
