@@ -28,6 +28,7 @@ type floodClient struct {
 	lines   int
 	markers int
 	doneLag time.Duration // the "floodts done" line's delay; -1 when it never came
+	err     error         // the read error that ended the client, if any
 }
 
 // BenchmarkConsoleFloodDelay (issue 38 §1): 30 clients watch one server
@@ -71,6 +72,7 @@ func BenchmarkConsoleFloodDelay(b *testing.B) {
 			for {
 				_, data, err := w.c.Read(ctx)
 				if err != nil {
+					r.err = err
 					return
 				}
 				now := time.Now()
@@ -121,6 +123,7 @@ func BenchmarkConsoleFloodDelay(b *testing.B) {
 		markers += r.markers
 		if r.doneLag < 0 {
 			missing++
+			b.Logf("a client without the last line: %d lines, %d markers, ended by %v", r.lines, r.markers, r.err)
 		}
 		worstDone = max(worstDone, r.doneLag)
 	}

@@ -45,8 +45,7 @@ type Queue struct {
 	notify func()
 
 	mu        sync.Mutex
-	frames    []Frame // frames[head:] are queued, oldest first
-	head      int
+	frames    []Frame // oldest first
 	fullSince time.Time
 	dropped   uint64
 	skipped   int // console lines dropped from the queue since the last take
@@ -74,7 +73,7 @@ func (q *Queue) Put(f Frame) {
 	}
 }
 
-func (q *Queue) lenLocked() int { return len(q.frames) - q.head }
+func (q *Queue) lenLocked() int { return len(q.frames) }
 
 // offer appends frames published on the bus (in order). When the queue is
 // full, the oldest console line makes room (counted for the skipped-lines
@@ -94,7 +93,7 @@ func (q *Queue) offer(fs ...Frame) {
 			if q.fullSince.IsZero() {
 				q.fullSince = time.Now()
 			}
-			if !q.dropOldestConsoleLocked() {
+			if !q.dropOldestConsoleLocked(limit) {
 				q.dropped++
 				continue
 			}
@@ -110,31 +109,29 @@ func (q *Queue) offer(fs ...Frame) {
 	}
 }
 
-// dropOldestConsoleLocked removes the oldest queued console line (not a
-// kept one); false when there is none.
-func (q *Queue) dropOldestConsoleLocked() bool {
-	i := q.head
-	for i < len(q.frames) && (q.frames[i].Name != ConsoleOutput || q.frames[i].Kept) {
-		i++
+// dropOldestConsoleLocked makes room in a full queue: it removes its
+// oldest console lines (not kept ones), a quarter of the limit at once so
+// that a queue that stays full costs one pass per quarter, not one per
+// frame; false when there is none to remove.
+func (q *Queue) dropOldestConsoleLocked(limit int) bool {
+	want := max(1, limit/4)
+	w, n := 0, 0
+	for r := range q.frames {
+		f := q.frames[r]
+		if n < want && f.Name == ConsoleOutput && !f.Kept {
+			n++
+			continue
+		}
+		q.frames[w] = f
+		w++
 	}
-	if i == len(q.frames) {
+	if n == 0 {
 		return false
 	}
-	q.dropped++
-	q.skipped++
-	if i == q.head {
-		q.frames[i] = Frame{}
-		q.head++
-	} else {
-		copy(q.frames[i:], q.frames[i+1:])
-		q.frames[len(q.frames)-1] = Frame{}
-		q.frames = q.frames[:len(q.frames)-1]
-	}
-	if q.head > len(q.frames)/2 { // keep the storage from growing past the limit
-		n := copy(q.frames, q.frames[q.head:])
-		clear(q.frames[n:])
-		q.frames, q.head = q.frames[:n], 0
-	}
+	clear(q.frames[w:])
+	q.frames = q.frames[:w]
+	q.dropped += uint64(n)
+	q.skipped += n
 	return true
 }
 
@@ -155,9 +152,9 @@ func (q *Queue) Take(spare []Frame) []Frame {
 func (q *Queue) TakeRecent(spare []Frame, cutoff time.Time, keep int, marker func(n int) Frame) []Frame {
 	clear(spare)
 	q.mu.Lock()
-	out := q.frames[q.head:]
+	out := q.frames
 	skipped := q.skipped
-	q.frames, q.head, q.skipped = spare[:0], 0, 0
+	q.frames, q.skipped = spare[:0], 0
 	q.mu.Unlock()
 	if !cutoff.IsZero() {
 		var n int
@@ -241,7 +238,7 @@ func (q *Queue) Trim() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.lenLocked() == 0 {
-		q.frames, q.head = nil, 0
+		q.frames = nil
 	}
 }
 

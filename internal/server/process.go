@@ -80,7 +80,7 @@ func (s *Server) attach(ctx context.Context) error {
 		defer close(run.done)
 		var out outputBatch
 		err := consoletext.ReadLinesFlush(stream, MaxLineBytes, func(line string) { s.onOutput(line, &out) },
-			func() { out.publish(s.events) })
+			func() { s.endOfRead(&out) })
 		if err != nil && runCtx.Err() == nil {
 			s.log.Debug("console stream ended with an error", "error", err)
 		}
@@ -149,7 +149,14 @@ func (s *Server) onStreamEnd(runCtx context.Context, run *containerRun) {
 // outputBatch gathers the events of the console lines of one read of the
 // container's output, published together (events.Bus.PublishAll): a
 // socket's writer then wakes once for the burst instead of once per line.
-type outputBatch struct{ events []events.Event }
+type outputBatch struct {
+	events []events.Event
+	// held is the last line of the read so far when the throttle dropped
+	// it: it passes at the end of the read (endOfRead), so that the
+	// newest line of a flood (a command's answer after it) is never lost.
+	held    string
+	holding bool
+}
 
 func (b *outputBatch) add(e events.Event) { b.events = append(b.events, e) }
 
@@ -161,6 +168,18 @@ func (b *outputBatch) publish(bus *events.Bus) {
 	bus.PublishAll(b.events)
 	clear(b.events)
 	b.events = b.events[:0]
+}
+
+// endOfRead ends the lines of one read of the container's output: the
+// last of them passes even when the throttle dropped it (one line more
+// per read, at most), and the batch is published.
+func (s *Server) endOfRead(out *outputBatch) {
+	if out.holding {
+		s.console.add(out.held)
+		out.add(events.New(events.ConsoleOutput, out.held))
+		out.held, out.holding = "", false
+	}
+	out.publish(s.events)
 }
 
 // onOutput handles one console line of the running process; its events
@@ -188,8 +207,10 @@ func (s *Server) onOutput(line string, out *outputBatch) {
 			out.publish(s.events)
 			s.daemonMessage("Server is outputting console data too quickly -- throttling...")
 		}
+		out.held, out.holding = line, true
 		return
 	}
+	out.holding = false
 	s.console.add(line)
 	out.add(events.New(events.ConsoleOutput, line))
 	// After the throttle: a flood's dropped lines cost nothing more. Only
