@@ -2,12 +2,18 @@ package e2e
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/google/uuid"
 	"github.com/moby/moby/client"
@@ -64,7 +70,7 @@ func BenchmarkConsoleFloodDelay(b *testing.B) {
 	var wg sync.WaitGroup
 	var lastSeq sync.Map // client → the highest sequence number seen
 	for i := range clients {
-		w := n.dialAuthed(b, id, n.sign(b, wsClaims(id, wsUser1, "*")))
+		w := dialFloodClient(b, n, id)
 		r := &results[i]
 		r.doneLag = -1
 		wg.Go(func() {
@@ -144,6 +150,44 @@ func BenchmarkConsoleFloodDelay(b *testing.B) {
 	b.ReportMetric(float64(lines)/clients/secs, "lines/s/client")
 	b.ReportMetric(float64(markers)/clients, "markers/client")
 	b.ReportMetric(100*cpu.Seconds()/el.Seconds(), "daemon-cpu-%")
+}
+
+// dialFloodClient opens and authenticates one benchmark client. With
+// WHARF_BENCH_CLIENT_RCVBUF (bytes), its socket's kernel receive buffer is
+// fixed at that size: a client process starved of CPU on a busy machine
+// otherwise lets Linux grow it to megabytes, and the lines waiting there
+// (delivered, as far as the daemon can see) are the delay it measures.
+func dialFloodClient(b *testing.B, n *node, id string) *wsClient {
+	rcv, _ := strconv.Atoi(os.Getenv("WHARF_BENCH_CLIENT_RCVBUF"))
+	if rcv <= 0 {
+		return n.dialAuthed(b, id, n.sign(b, wsClaims(id, wsUser1, "*")))
+	}
+	d := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		_ = c.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcv) })
+		return err
+	}}
+	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, n.wsURL(id), &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetReadLimit(-1)
+	b.Cleanup(func() { _ = c.CloseNow() })
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"event":"auth","args":["`+n.sign(b, wsClaims(id, wsUser1, "*"))+`"]}`)); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if strings.Contains(string(data), `"auth success"`) {
+			return &wsClient{t: b, c: c}
+		}
+	}
 }
 
 // consoleArg returns the argument of a console output frame.
