@@ -2,7 +2,9 @@
 // transfers publish; websocket sessions (and tests) subscribe.
 //
 // Publishing never blocks: every subscriber owns a bounded queue, and an event
-// that does not fit is dropped for that subscriber only. The subscriber can ask
+// that does not fit is dropped for that subscriber only (a full Queue makes
+// room by dropping its oldest console lines, reported to its owner by a
+// skipped-lines marker, so that the newest lines get through). The subscriber can ask
 // how long its queue has been full, so a consumer that stopped reading can be
 // disconnected without slowing the publisher or other subscribers.
 //
