@@ -53,7 +53,7 @@ func BenchmarkConsoleFloodDelay(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		_, _ = testimages.Client(b).ImageRemove(context.Background(), floodImage, client.ImageRemoveOptions{})
+		_, _ = testimages.Client(b).ImageRemove(context.Background(), floodImage, client.ImageRemoveOptions{Force: true})
 	})
 	id := uuid.NewString() // fresh: other sessions run the same benchmarks on this engine
 	s := gameServer(id)
