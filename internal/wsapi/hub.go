@@ -81,7 +81,9 @@ type Options struct {
 	AuthTimeout   time.Duration // an unauthenticated socket is closed after this
 	ExpiryWarning time.Duration // `token expiring` this long before exp
 	ExpiryRepeat  time.Duration // and again this often until exp
-	// SlowClient: a socket whose event queue stays full this long is closed.
+	// SlowClient is no longer used: since issue 38 a slow socket's queue
+	// drops its oldest console lines instead, and a socket that stops
+	// reading is closed by WriteTimeout.
 	SlowClient time.Duration
 	// WriteTimeout bounds one frame write; a client that does not read is
 	// closed when it passes.

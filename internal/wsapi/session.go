@@ -529,16 +529,23 @@ func (s *session) writeLoop() {
 			s.wmu.Unlock()
 			continue
 		}
-		if !s.write(batch) {
-			return
-		}
-		if s.q.FullFor() > s.hub.opts.SlowClient {
-			s.log.Info("websocket client falls behind; closing it", "user", s.User())
-			s.Close(CloseSlowClient, "client is not reading fast enough")
-			return
+		// A client that reads slowly is not closed: its queue drops the
+		// oldest lines and TakeRecent skips old ones (issue 38); one that
+		// stops reading is closed by the write deadline.
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), writeSlice)
+			if !s.write(rest[:n]) {
+				return
+			}
+			rest = rest[n:]
 		}
 	}
 }
+
+// writeSlice is how many frames are written under one write deadline, so
+// that the deadline measures a client's progress rather than the time a
+// slow client takes for a whole batch.
+const writeSlice = 256
 
 // write sends a batch of frames in one system call; false when the session
 // must end.
