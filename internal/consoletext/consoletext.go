@@ -16,10 +16,17 @@ import (
 // Carriage returns at line ends are removed; a last line without a newline is
 // emitted too. The error is r's (nil at io.EOF).
 func ReadLines(r io.Reader, limit int, emit func(line string)) error {
+	return ReadLinesFlush(r, limit, emit, nil)
+}
+
+// ReadLinesFlush is ReadLines that also calls flush, when not nil, after
+// the lines of each read of r were emitted: lines that arrived together
+// can be handed on together.
+func ReadLinesFlush(r io.Reader, limit int, emit func(line string), flush func()) error {
 	buf := make([]byte, 32<<10)
 	var line []byte
 	overflow := false
-	flush := func() {
+	flushLine := func() {
 		emit(string(bytes.TrimRight(line, "\r")))
 		line = line[:0]
 	}
@@ -36,7 +43,7 @@ func ReadLines(r io.Reader, limit int, emit func(line string)) error {
 				room := limit - len(line)
 				if len(part) > room {
 					line = append(line, part[:room]...)
-					flush()
+					flushLine()
 					overflow = true
 				} else {
 					line = append(line, part...)
@@ -48,13 +55,19 @@ func ReadLines(r io.Reader, limit int, emit func(line string)) error {
 			if overflow {
 				overflow = false
 			} else {
-				flush()
+				flushLine()
 			}
 			chunk = chunk[i+1:]
 		}
+		if flush != nil {
+			flush()
+		}
 		if err != nil {
 			if len(line) > 0 && !overflow {
-				flush()
+				flushLine()
+				if flush != nil {
+					flush()
+				}
 			}
 			if err == io.EOF {
 				return nil

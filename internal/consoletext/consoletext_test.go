@@ -145,3 +145,31 @@ func TestStripANSI(t *testing.T) {
 		}
 	}
 }
+
+// chunks reads one string per Read.
+type chunks []string
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(*c) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, (*c)[0])
+	*c = (*c)[1:]
+	return n, nil
+}
+
+// ReadLinesFlush calls flush after the lines of each read (issue 38: the
+// lines read together are published together), and after a last line
+// without a newline.
+func TestReadLinesFlushPerRead(t *testing.T) {
+	r := &chunks{"a\nb\nc", "d\n", "e\nf"}
+	var got []string
+	err := ReadLinesFlush(r, 100, func(l string) { got = append(got, l) }, func() { got = append(got, "|") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "a b | cd | e | | f |" // the read that ends (EOF) flushes nothing, then the last line
+	if s := strings.Join(got, " "); s != want {
+		t.Fatalf("got %q, want %q", s, want)
+	}
+}

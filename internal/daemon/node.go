@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/logtail"
@@ -255,6 +256,9 @@ func (n *node) startHub(context.Context) error {
 		QueueSize: func() int { return max(wsapi.DefaultQueueSize, n.store.Get().Throttles.Lines+256) },
 
 		WriteTimeout: websocketWriteTimeout(n.store.Get()), // the hub's default unless a test build says
+		// Issue 38: the marker of the console lines a lagging socket
+		// skipped is one of the daemon's own lines.
+		SkippedLine: func(k int) string { return server.DaemonLine(n.store.Get().AppName, events.SkippedText(k)) },
 	})
 	return nil
 }

@@ -100,6 +100,9 @@ type nodeOptions struct {
 	// for tests that never start a container: they need no Docker engine.
 	// Otherwise the node needs one, and the test is skipped without it.
 	fake bool
+	// wrap runs the daemon under a command (its arguments before the
+	// binary's), as node.wrap.
+	wrap []string
 }
 
 // handedOut holds the ports freePort returned: a port is free again once
@@ -164,6 +167,7 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 	cfgPath := filepath.Join(dir, "config.yml")
 	n := &node{
 		t: t, Token: token, Config: c, CfgPath: cfgPath, Panel: panel, log: &syncBuffer{},
+		wrap: opts.wrap,
 	}
 	t.Cleanup(n.stop)
 	// The ports were free when picked but are not held until the daemon

@@ -2,7 +2,9 @@
 // transfers publish; websocket sessions (and tests) subscribe.
 //
 // Publishing never blocks: every subscriber owns a bounded queue, and an event
-// that does not fit is dropped for that subscriber only. The subscriber can ask
+// that does not fit is dropped for that subscriber only (a full Queue makes
+// room by dropping its oldest console lines, reported to its owner by a
+// skipped-lines marker, so that the newest lines get through). The subscriber can ask
 // how long its queue has been full, so a consumer that stopped reading can be
 // disconnected without slowing the publisher or other subscribers.
 //
@@ -40,6 +42,9 @@ const (
 type Event struct {
 	Name string   `json:"event"`
 	Args []string `json:"args"`
+	// Kept: a console line never skipped for a consumer that lags (the
+	// daemon's own notices); see Queue.TakeRecent.
+	Kept bool `json:"-"`
 }
 
 // New builds an event.
@@ -108,8 +113,40 @@ func (b *Bus) Publish(e Event) {
 		return
 	}
 	f := Encode(e)
+	f.At = time.Now()
 	for q := range b.queues {
 		q.offer(f)
+	}
+}
+
+// PublishAll publishes es in order, as Publish does one by one, but each
+// queue takes them at once (one lock, one wake-up of its owner): a burst of
+// console lines read together reaches a socket's writer as one batch.
+func (b *Bus) PublishAll(es []Event) {
+	if len(es) == 0 {
+		return
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for s := range b.subs {
+		for _, e := range es {
+			if e.Args == nil {
+				e.Args = []string{}
+			}
+			s.offer(e)
+		}
+	}
+	if len(b.queues) == 0 {
+		return
+	}
+	now := time.Now()
+	fs := make([]Frame, len(es))
+	for i, e := range es {
+		fs[i] = Encode(e)
+		fs[i].At = now
+	}
+	for q := range b.queues {
+		q.offer(fs...)
 	}
 }
 

@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -11,6 +12,11 @@ import (
 type Frame struct {
 	Name string
 	Data []byte
+	// At is when the bus published the frame (zero for frames a queue's
+	// owner Puts itself); TakeRecent skips console lines by it.
+	At time.Time
+	// Kept: never skipped by TakeRecent (Event.Kept).
+	Kept bool
 }
 
 // Encode returns e's frame. args is always an array, empty when e has none.
@@ -22,7 +28,7 @@ func Encode(e Event) Frame {
 	if err != nil { // strings always encode; keep the frame well-formed anyway
 		b = []byte(`{"event":"","args":[]}`)
 	}
-	return Frame{Name: e.Name, Data: b}
+	return Frame{Name: e.Name, Data: b, Kept: e.Kept}
 }
 
 // Queue is one subscriber's bounded FIFO of frames. It holds no memory while
@@ -39,9 +45,10 @@ type Queue struct {
 	notify func()
 
 	mu        sync.Mutex
-	frames    []Frame
+	frames    []Frame // oldest first
 	fullSince time.Time
 	dropped   uint64
+	skipped   int // console lines dropped from the queue since the last take
 	bus       *Bus
 	gone      bool // the bus closed while attached
 }
@@ -58,7 +65,7 @@ func NewQueue(limit func() int, accept func(name string) bool, notify func()) *Q
 // which its caller bounds.
 func (q *Queue) Put(f Frame) {
 	q.mu.Lock()
-	wasEmpty := len(q.frames) == 0
+	wasEmpty := q.lenLocked() == 0
 	q.frames = append(q.frames, f)
 	q.mu.Unlock()
 	if wasEmpty && q.notify != nil {
@@ -66,48 +73,163 @@ func (q *Queue) Put(f Frame) {
 	}
 }
 
-// offer appends a frame published on the bus, or drops it when the queue is
-// full. It never blocks.
-func (q *Queue) offer(f Frame) {
-	if q.accept != nil && !q.accept(f.Name) {
-		return
-	}
+func (q *Queue) lenLocked() int { return len(q.frames) }
+
+// offer appends frames published on the bus (in order). When the queue is
+// full, the oldest console line makes room (counted for the skipped-lines
+// marker of the next take, so that the newest lines always get through);
+// when no console line is queued, the offered frame is dropped. It never
+// blocks.
+func (q *Queue) offer(fs ...Frame) {
 	limit := max(1, q.limit())
+	added := false
 	q.mu.Lock()
-	if len(q.frames) >= limit {
-		if q.fullSince.IsZero() {
-			q.fullSince = time.Now()
+	wasEmpty := q.lenLocked() == 0
+	for _, f := range fs {
+		if q.accept != nil && !q.accept(f.Name) {
+			continue
 		}
-		q.dropped++
-		q.mu.Unlock()
-		return
+		if q.lenLocked() >= limit {
+			if q.fullSince.IsZero() {
+				q.fullSince = time.Now()
+			}
+			if !q.dropOldestConsoleLocked(limit) {
+				q.dropped++
+				continue
+			}
+		} else {
+			q.fullSince = time.Time{}
+		}
+		q.frames = append(q.frames, f)
+		added = true
 	}
-	q.fullSince = time.Time{}
-	wasEmpty := len(q.frames) == 0
-	q.frames = append(q.frames, f)
 	q.mu.Unlock()
-	if wasEmpty && q.notify != nil {
+	if added && wasEmpty && q.notify != nil {
 		q.notify()
 	}
+}
+
+// dropOldestConsoleLocked makes room in a full queue: it removes its
+// oldest console lines (not kept ones), a quarter of the limit at once so
+// that a queue that stays full costs one pass per quarter, not one per
+// frame; false when there is none to remove.
+func (q *Queue) dropOldestConsoleLocked(limit int) bool {
+	want := max(1, limit/4)
+	w, n := 0, 0
+	for r := range q.frames {
+		f := q.frames[r]
+		if n < want && f.Name == ConsoleOutput && !f.Kept {
+			n++
+			continue
+		}
+		q.frames[w] = f
+		w++
+	}
+	if n == 0 {
+		return false
+	}
+	clear(q.frames[w:])
+	q.frames = q.frames[:w]
+	q.dropped += uint64(n)
+	q.skipped += n
+	return true
 }
 
 // Take removes and returns every queued frame, in order. spare (cleared)
 // becomes the queue's storage, so that a draining loop swaps two slices
-// instead of allocating; pass nil to let the queue start empty.
+// instead of allocating; pass nil to let the queue start empty. Console
+// lines the queue dropped when it was full are reported by a
+// skipped-lines marker in front of the first console line.
 func (q *Queue) Take(spare []Frame) []Frame {
+	return q.TakeRecent(spare, time.Time{}, 0, nil)
+}
+
+// TakeRecent is Take for a consumer that may lag: console lines published
+// before cutoff are skipped, except the newest keep console lines of the
+// batch, and one marker (a console line, marker(n), SkippedMarker when nil)
+// stands where they were, in front of the first console line kept. A zero
+// cutoff skips nothing by age. Other events are never skipped.
+func (q *Queue) TakeRecent(spare []Frame, cutoff time.Time, keep int, marker func(n int) Frame) []Frame {
 	clear(spare)
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	out := q.frames
-	q.frames = spare[:0]
+	skipped := q.skipped
+	q.frames, q.skipped = spare[:0], 0
+	q.mu.Unlock()
+	if !cutoff.IsZero() {
+		var n int
+		out, n = skipOld(out, cutoff, keep)
+		skipped += n
+	}
+	if skipped > 0 {
+		if marker == nil {
+			marker = SkippedMarker
+		}
+		out = insertMarker(out, marker(skipped))
+	}
 	return out
+}
+
+// skipOld removes, in place, the console lines of batch published before
+// cutoff, except the newest keep console lines; it returns the batch and
+// how many lines it removed.
+func skipOld(batch []Frame, cutoff time.Time, keep int) ([]Frame, int) {
+	lines := 0
+	for i := range batch {
+		if batch[i].Name == ConsoleOutput {
+			lines++
+		}
+	}
+	skippable := lines - keep // the lines before the newest keep ones
+	if skippable <= 0 {
+		return batch, 0
+	}
+	w, n, line := 0, 0, 0
+	for r := range batch {
+		f := batch[r]
+		if f.Name == ConsoleOutput {
+			line++
+			if line <= skippable && !f.Kept && f.At.Before(cutoff) {
+				n++
+				continue
+			}
+		}
+		batch[w] = f
+		w++
+	}
+	clear(batch[w:])
+	return batch[:w], n
+}
+
+// SkippedText is the text of the marker of n skipped console lines.
+func SkippedText(n int) string {
+	return strconv.Itoa(n) + " lines skipped: this console could not keep up with the server's output"
+}
+
+// SkippedMarker is the console line that stands for n skipped ones.
+func SkippedMarker(n int) Frame { return Encode(New(ConsoleOutput, SkippedText(n))) }
+
+// insertMarker puts marker in front of the first console line of batch (at
+// its end when it has none).
+func insertMarker(batch []Frame, marker Frame) []Frame {
+	at := len(batch)
+	for i := range batch {
+		if batch[i].Name == ConsoleOutput {
+			at = i
+			break
+		}
+	}
+	batch = append(batch, Frame{})
+	copy(batch[at+1:], batch[at:])
+	batch[at] = marker
+	return batch
 }
 
 // Len reports how many frames are queued.
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.frames)
+	return q.lenLocked()
 }
 
 // Trim releases the queue's storage when it is empty, so that an idle
@@ -115,7 +237,7 @@ func (q *Queue) Len() int {
 func (q *Queue) Trim() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.frames) == 0 {
+	if q.lenLocked() == 0 {
 		q.frames = nil
 	}
 }
@@ -128,7 +250,7 @@ func (q *Queue) FullFor() time.Duration {
 	if q.fullSince.IsZero() {
 		return 0
 	}
-	if len(q.frames) < max(1, q.limit()) {
+	if q.lenLocked() < max(1, q.limit()) {
 		q.fullSince = time.Time{} // the reader caught up since the last drop
 		return 0
 	}

@@ -78,7 +78,9 @@ func (s *Server) attach(ctx context.Context) error {
 	}
 	if !s.goServer(func() {
 		defer close(run.done)
-		err := consoletext.ReadLines(stream, MaxLineBytes, s.onOutput)
+		var out outputBatch
+		err := consoletext.ReadLinesFlush(stream, MaxLineBytes, func(line string) { s.onOutput(line, &out) },
+			func() { s.endOfRead(&out) })
 		if err != nil && runCtx.Err() == nil {
 			s.log.Debug("console stream ended with an error", "error", err)
 		}
@@ -144,8 +146,46 @@ func (s *Server) onStreamEnd(runCtx context.Context, run *containerRun) {
 	}
 }
 
-// onOutput handles one console line of the running process.
-func (s *Server) onOutput(line string) {
+// outputBatch gathers the events of the console lines of one read of the
+// container's output, published together (events.Bus.PublishAll): a
+// socket's writer then wakes once for the burst instead of once per line.
+type outputBatch struct {
+	events []events.Event
+	// held is the last line of the read so far when the throttle dropped
+	// it: it passes at the end of the read (endOfRead), so that the
+	// newest line of a flood (a command's answer after it) is never lost.
+	held    string
+	holding bool
+}
+
+func (b *outputBatch) add(e events.Event) { b.events = append(b.events, e) }
+
+// publish hands the gathered events on, in order, and empties the batch.
+func (b *outputBatch) publish(bus *events.Bus) {
+	if len(b.events) == 0 {
+		return
+	}
+	bus.PublishAll(b.events)
+	clear(b.events)
+	b.events = b.events[:0]
+}
+
+// endOfRead ends the lines of one read of the container's output: the
+// last of them passes even when the throttle dropped it (one line more
+// per read, at most), and the batch is published.
+func (s *Server) endOfRead(out *outputBatch) {
+	if out.holding {
+		s.console.add(out.held)
+		out.add(events.New(events.ConsoleOutput, out.held))
+		out.held, out.holding = "", false
+	}
+	out.publish(s.events)
+}
+
+// onOutput handles one console line of the running process; its events
+// join out, which is published before anything the line itself causes (a
+// state change, the throttle's notice), so that the order holds.
+func (s *Server) onOutput(line string, out *outputBatch) {
 	s.mu.RLock()
 	starting := s.state == Starting
 	running := s.state.IsRunning()
@@ -155,6 +195,7 @@ func (s *Server) onOutput(line string) {
 	if starting {
 		for _, m := range done {
 			if m.match(line) {
+				out.publish(s.events)
 				s.setState(Running)
 				break
 			}
@@ -163,17 +204,20 @@ func (s *Server) onOutput(line string) {
 	ok, firstDrop := s.throttle.allow()
 	if !ok {
 		if firstDrop {
+			out.publish(s.events)
 			s.daemonMessage("Server is outputting console data too quickly -- throttling...")
 		}
+		out.held, out.holding = line, true
 		return
 	}
+	out.holding = false
 	s.console.add(line)
-	s.events.Publish(events.New(events.ConsoleOutput, line))
+	out.add(events.New(events.ConsoleOutput, line))
 	// After the throttle: a flood's dropped lines cost nothing more. Only
 	// while the process starts or runs, as in Pelican Wings.
 	if features != nil && running {
 		if m, ok := features.Match(line); ok {
-			s.events.Publish(events.New(events.FeatureMatch, m.JSON()))
+			out.add(events.New(events.FeatureMatch, m.JSON()))
 		}
 	}
 }

@@ -382,10 +382,17 @@ func (s *Server) publishStats() {
 
 // daemonMessage writes a line of the daemon's own into the console.
 func (s *Server) daemonMessage(text string) {
-	name := s.deps.Config.Get().AppName
-	line := fmt.Sprintf("\x1b[33m\x1b[1m[%s Daemon]:\x1b[39m %s\x1b[0m", name, text)
+	line := DaemonLine(s.deps.Config.Get().AppName, text)
 	s.console.add(line)
-	s.events.Publish(events.New(events.ConsoleOutput, line))
+	e := events.New(events.ConsoleOutput, line)
+	e.Kept = true // a lagging socket skips the game's lines, not these
+	s.events.Publish(e)
+}
+
+// DaemonLine is a console line of the daemon's own: text after a
+// "[<app name> Daemon]:" prefix, in the colours Wings uses.
+func DaemonLine(appName, text string) string {
+	return fmt.Sprintf("\x1b[33m\x1b[1m[%s Daemon]:\x1b[39m %s\x1b[0m", appName, text)
 }
 
 // Publish sends an event to the server's subscribers (backups, transfers).

@@ -56,6 +56,12 @@ const (
 	DefaultWriteTimeout  = 10 * time.Second
 	DefaultQueueSize     = 512
 	DefaultLogCount      = 150
+	// DefaultRecentAge and DefaultRecentLines: a socket's console lines
+	// that waited longer than this in its queue are skipped, except the
+	// newest DefaultRecentLines of a batch, behind a "N lines skipped"
+	// marker (a client that cannot keep up sees the recent console).
+	DefaultRecentAge   = 250 * time.Millisecond
+	DefaultRecentLines = 100
 )
 
 // Options configure a Hub. Verifier and Denylist are required.
@@ -75,7 +81,9 @@ type Options struct {
 	AuthTimeout   time.Duration // an unauthenticated socket is closed after this
 	ExpiryWarning time.Duration // `token expiring` this long before exp
 	ExpiryRepeat  time.Duration // and again this often until exp
-	// SlowClient: a socket whose event queue stays full this long is closed.
+	// SlowClient is no longer used: since issue 38 a slow socket's queue
+	// drops its oldest console lines instead, and a socket that stops
+	// reading is closed by WriteTimeout.
 	SlowClient time.Duration
 	// WriteTimeout bounds one frame write; a client that does not read is
 	// closed when it passes.
@@ -84,6 +92,14 @@ type Options struct {
 	// event (a configuration change applies at once); DefaultQueueSize when
 	// nil or <= 0. A socket holds memory only for what is queued.
 	QueueSize func() int
+	// RecentAge and RecentLines bound the delay of the console lines
+	// (DefaultRecentAge, DefaultRecentLines when zero): see
+	// events.Queue.TakeRecent.
+	RecentAge   time.Duration
+	RecentLines int
+	// SkippedLine is the console line that stands for n skipped ones;
+	// events.SkippedText when nil.
+	SkippedLine func(n int) string
 }
 
 // Hub owns every websocket session of the daemon.
@@ -118,6 +134,13 @@ func NewHub(opts Options) *Hub {
 	def(&opts.ExpiryRepeat, DefaultExpiryRepeat)
 	def(&opts.SlowClient, DefaultSlowClient)
 	def(&opts.WriteTimeout, DefaultWriteTimeout)
+	def(&opts.RecentAge, DefaultRecentAge)
+	if opts.RecentLines <= 0 {
+		opts.RecentLines = DefaultRecentLines
+	}
+	if opts.SkippedLine == nil {
+		opts.SkippedLine = events.SkippedText
+	}
 	if opts.MaxPerServer <= 0 {
 		opts.MaxPerServer = DefaultMaxPerServer
 	}

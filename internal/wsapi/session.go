@@ -507,8 +507,12 @@ func (s *session) kick() {
 func (s *session) writeLoop() {
 	defer s.writers.Done()
 	var batch []events.Frame
+	opts := &s.hub.opts
+	marker := func(n int) events.Frame {
+		return events.Encode(events.New(events.ConsoleOutput, opts.SkippedLine(n)))
+	}
 	for {
-		batch = s.q.Take(batch)
+		batch = s.q.TakeRecent(batch, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
 		if len(batch) == 0 {
 			if s.q.Gone() { // the bus closed: the server is gone
 				s.Close(server.CloseDeleted, "server deleted")
@@ -525,16 +529,23 @@ func (s *session) writeLoop() {
 			s.wmu.Unlock()
 			continue
 		}
-		if !s.write(batch) {
-			return
-		}
-		if s.q.FullFor() > s.hub.opts.SlowClient {
-			s.log.Info("websocket client falls behind; closing it", "user", s.User())
-			s.Close(CloseSlowClient, "client is not reading fast enough")
-			return
+		// A client that reads slowly is not closed: its queue drops the
+		// oldest lines and TakeRecent skips old ones (issue 38); one that
+		// stops reading is closed by the write deadline.
+		for rest := batch; len(rest) > 0; {
+			n := min(len(rest), writeSlice)
+			if !s.write(rest[:n]) {
+				return
+			}
+			rest = rest[n:]
 		}
 	}
 }
+
+// writeSlice is how many frames are written under one write deadline, so
+// that the deadline measures a client's progress rather than the time a
+// slow client takes for a whole batch.
+const writeSlice = 256
 
 // write sends a batch of frames in one system call; false when the session
 // must end.

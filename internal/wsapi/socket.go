@@ -44,6 +44,25 @@ const (
 	socketWriteBuffer = 64
 )
 
+// socketSendBuffer is the kernel's send buffer of a websocket connection
+// (SO_SNDBUF; Linux doubles it). Left to its autotuning it grows to
+// megabytes: a client that reads slower than the console prints would
+// find seconds of old lines there, out of reach of the queue's skipping
+// of old lines. This is about 800 console lines: enough for a client
+// that keeps up, and a bound on the delay of one that does not.
+const socketSendBuffer = 32 << 10
+
+// limitSendBuffer sets conn's kernel send buffer to socketSendBuffer
+// when it is a TCP connection (directly or under TLS).
+func limitSendBuffer(conn net.Conn) {
+	if nc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = nc.NetConn()
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(socketSendBuffer)
+	}
+}
+
 // corkHijacker hands the websocket library the hijacked connection with
 // small buffers of its own (the HTTP server's 4 KiB ones are freed when the
 // handler returns) and the writes redirected through a corkWriter.
@@ -60,6 +79,7 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	// Bytes the client sent behind the upgrade request (its first frames)
 	// are read before the connection's.
+	limitSendBuffer(conn)
 	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	c := &hijackedConn{Conn: conn, pending: bytes.Clone(pending)}
 	h.out = &corkWriter{conn: conn}

@@ -8,6 +8,7 @@
 //     stop         prints "Stopping server" and exits 0
 //     crash        exits 1
 //     flood N      prints N numbered lines as fast as it can
+//     floodts S    prints "ts <unix ns> <n>" lines for S seconds, then "floodts done <unix ns>"
 //     longline N   prints N bytes of 'x', then a newline
 //     env          prints its environment, one variable per line
 //     sleep S      sleeps S seconds (a decimal number)
@@ -96,7 +97,7 @@ func handle(line string, out *bufio.Writer, say func(string)) {
 	switch cmd {
 	case "":
 	case "help":
-		say("Commands: echo X, stop, crash, flood N, longline N, env, sleep S, alloc MB, help")
+		say("Commands: echo X, stop, crash, flood N, floodts S, longline N, env, sleep S, alloc MB, help")
 	case "echo":
 		say(arg)
 	case "stop":
@@ -113,6 +114,8 @@ func handle(line string, out *bufio.Writer, say func(string)) {
 			out.WriteByte('\n')
 		}
 		out.Flush()
+	case "floodts":
+		floodTimestamps(arg, out)
 	case "longline":
 		n, _ := strconv.Atoi(arg)
 		chunk := []byte(strings.Repeat("x", 32<<10))
@@ -149,4 +152,27 @@ func handle(line string, out *bufio.Writer, say func(string)) {
 	default:
 		say("Unknown command: " + cmd)
 	}
+}
+
+// floodTimestamps prints timestamped numbered lines for secs seconds, in
+// writes of 64 lines, then the done line with its own timestamp.
+func floodTimestamps(secs string, out *bufio.Writer) {
+	f, _ := strconv.ParseFloat(secs, 64)
+	end := time.Now().Add(time.Duration(f * float64(time.Second)))
+	var buf []byte
+	n := 0
+	for time.Now().Before(end) {
+		for range 64 {
+			n++
+			buf = append(buf[:0], "ts "...)
+			buf = strconv.AppendInt(buf, time.Now().UnixNano(), 10)
+			buf = append(buf, ' ')
+			buf = strconv.AppendInt(buf, int64(n), 10)
+			buf = append(buf, '\n')
+			out.Write(buf)
+		}
+		out.Flush()
+	}
+	out.WriteString("floodts done " + strconv.FormatInt(time.Now().UnixNano(), 10) + "\n")
+	out.Flush()
 }
