@@ -26,7 +26,8 @@ import (
 // to its size, and the reader is owed the data bytes it did not read, which
 // it skips as zeros from the tap without their ever being expanded. The old
 // GNU sparse type ('S'), whose map Go's reader keeps in its header blocks,
-// is skipped like a device: its holes would be expanded.
+// is extracted as before, its holes written as zeros (bounded by the disk
+// limit as any write); reading its map from the header blocks is not done.
 
 // maxSparseSize bounds the size a sparse entry may declare: ext4's largest
 // file (16 TiB with 4 KiB blocks); a map that claims more is refused before
@@ -99,12 +100,8 @@ func (x *extraction) extract(ctx context.Context, ex archives.Extractor, c archi
 // sparseEntry handles a regular tar entry that may be sparse: done is true
 // when it was (extracted or skipped).
 func (x *extraction) sparseEntry(name string, perm fs.FileMode, mtime time.Time, h *tar.Header) (bool, error) {
-	if h.Typeflag == tar.TypeGNUSparse {
-		x.skip()
-		return true, nil
-	}
 	frags, _, ok, err := archive.SparseMap(h, x.tap.rec)
-	if !ok {
+	if !ok && h.Typeflag != tar.TypeGNUSparse {
 		return false, nil
 	}
 	if err != nil {
@@ -113,6 +110,9 @@ func (x *extraction) sparseEntry(name string, perm fs.FileMode, mtime time.Time,
 	if h.Size > maxSparseSize {
 		return true, usererr.New(usererr.Invalid, fmt.Sprintf(
 			"Cannot extract the archive: %s declares a size of %d bytes, more than a file may have.", display(name), h.Size))
+	}
+	if !ok { // the old GNU type: written whole, holes as zeros
+		return false, nil
 	}
 	return true, x.sparseFile(name, perm, mtime, h.Size, frags)
 }
