@@ -92,9 +92,13 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 			gz.Multithreaded = true
 			f.Compression = gz
 		}
-		err = f.Extract(ctx, stream, x.entry)
+		if f.Extraction == nil {
+			err = f.Extract(ctx, stream, x.entry)
+		} else {
+			err = x.extract(ctx, f.Extraction, f.Compression, stream)
+		}
 	case archives.Extractor:
-		err = f.Extract(ctx, stream, x.entry)
+		err = x.extract(ctx, f, nil, stream)
 	case archives.Decompressor:
 		err = x.single(ctx, f, stream, path.Base("/"+file))
 	default:
@@ -260,6 +264,7 @@ type extraction struct {
 	journal io.Writer       // where entries are announced before they are made; nil: nowhere
 	budget  *budget         // the isolated child's share of the disk limit; nil: the daemon's own count
 	seq     dirCache        // the directory held open by the sequential formats (all but zip)
+	tap     *entryTap       // tar's stream, read through it (decompress_sparse.go); nil for the other formats
 	links   map[string]bool // links made by this archive (cleaned names below root)
 
 	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
@@ -318,6 +323,12 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if x.tap != nil {
+		// What the tar reader reads until this entry is handled is its
+		// data; from then on, the next entry's headers.
+		x.tap.stop()
+		defer x.tap.start()
+	}
 	rel, ok := x.entryName(f.NameInArchive)
 	if !ok {
 		x.skip()
@@ -341,6 +352,11 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	case mode&fs.ModeSymlink != 0:
 		return x.symlink(rel, name, f)
 	case mode.IsRegular():
+		if h, ok := f.Header.(*tar.Header); ok && x.tap != nil {
+			if done, err := x.sparseEntry(name, mode.Perm(), f.ModTime(), h); done {
+				return err
+			}
+		}
 		r, err := f.Open()
 		if err != nil {
 			return err
