@@ -22,9 +22,9 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (runt
 		log.Warn("running servers on the in-memory test runtime: no container is ever started")
 		return fakeRuntime(), nil
 	}
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	rt, err := docker.New(ctx, docker.Options{Host: cfg.Docker.Host, Logger: log})
 	if err != nil {
-		return nil, fmt.Errorf("connecting to Docker: %w", err)
+		return nil, fmt.Errorf("connecting to the container engine (docker.host %q, else DOCKER_HOST): %w", cfg.Docker.Host, err)
 	}
 	return rt, nil
 }

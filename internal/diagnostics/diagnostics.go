@@ -48,7 +48,7 @@ type Options struct {
 	// Logs returns the last n lines of the daemon log; the journal of the
 	// wharf unit (journalctl) when nil.
 	Logs func(ctx context.Context, n int) ([]string, error)
-	// DockerHost overrides DOCKER_HOST (tests).
+	// DockerHost overrides docker.host and DOCKER_HOST (tests).
 	DockerHost string
 	// HideEndpoints replaces the node's addresses (the panel's URL, the API's
 	// and SFTP's host and port, the metrics listener, S3 endpoints) wherever
@@ -72,11 +72,17 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 	fmt.Fprintf(&b, "kernel:  %s\n", kernel())
 	fmt.Fprintf(&b, "os:      %s\n", osName())
 
-	section("Docker")
-	dockerInfo(ctx, &b, opts.DockerHost)
-
 	section("Configuration " + opts.ConfigPath)
-	cfg, secrets := configuration(&b, opts.ConfigPath, opts.HideEndpoints)
+	var cb strings.Builder
+	cfg, secrets := configuration(&cb, opts.ConfigPath, opts.HideEndpoints)
+	host := opts.DockerHost
+	if host == "" && cfg != nil {
+		host = cfg.Docker.Host
+	}
+	b.WriteString(cb.String())
+
+	section("Container engine")
+	dockerInfo(ctx, &b, host)
 
 	if cfg != nil {
 		section("Panel")
@@ -90,7 +96,7 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		section("Tokens")
 		tokenScopes(&b, cfg, opts.TokenScopes)
 		section("Network isolation")
-		networkIsolation(ctx, &b, cfg, opts.DockerHost)
+		networkIsolation(ctx, &b, cfg, host)
 	}
 
 	if opts.LogLines > 0 {

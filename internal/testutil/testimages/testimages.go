@@ -45,7 +45,7 @@ const (
 // skips the test, or fails it when WHARF_REQUIRE_DOCKER=1.
 func Client(tb testing.TB) *client.Client {
 	tb.Helper()
-	cli, err := devimage.NewClient(context.Background())
+	cli, err := devimage.NewClient(context.Background(), "")
 	if err != nil {
 		if os.Getenv(RequireDockerEnv) == "1" {
 			tb.Fatalf("%s (%v)", noDockerMessage, err)
