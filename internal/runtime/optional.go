@@ -31,6 +31,10 @@ type EngineDescriber interface {
 
 // EngineInfo describes the engine (diagnostics, GET /api/system?v=2).
 type EngineInfo struct {
+	// Name is "Docker" or "Podman" (issue 37); Rootless is true for an
+	// engine that runs without root.
+	Name              string
+	Rootless          bool
 	Version           string
 	APIVersion        string
 	StorageDriver     string

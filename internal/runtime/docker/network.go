@@ -24,7 +24,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 		return runtime.NetworkInfo{}, fmt.Errorf("docker: network name is required")
 	}
 	if res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{}); err == nil {
-		return networkInfo(res.Network, false), nil
+		return r.networkInfo(ctx, res.Network, false)
 	} else if !cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
@@ -34,7 +34,12 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 		if err != nil {
 			return err
 		}
-		_, err = r.cli.NetworkCreate(ctx, spec.Name, opts)
+		res, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
+		for _, w := range res.Warning {
+			// Podman names each Docker option it ignores (ICC, masquerade,
+			// host binding): Wharf's firewall enforces the isolation.
+			r.log.Warn("engine warning on network create", "network", spec.Name, "warning", w)
+		}
 		return err
 	}
 	err := create(spec, true, true)
@@ -67,14 +72,32 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
-	return networkInfo(res.Network, created), nil
+	return r.networkInfo(ctx, res.Network, created)
+}
+
+// networkInfo is networkInfo with, on Podman, the bridge's name from
+// Podman's own API (its compatible inspect leaves the name out, and its
+// bridges are not named after the network's id).
+func (r *Runtime) networkInfo(ctx context.Context, nw network.Inspect, created bool) (runtime.NetworkInfo, error) {
+	info := networkInfo(nw, created)
+	if r.eng.podman() {
+		name, err := r.podmanBridgeName(ctx, nw.Name)
+		if err != nil {
+			return runtime.NetworkInfo{}, fmt.Errorf("docker: inspect network %s with Podman's API: %w", nw.Name, err)
+		}
+		info.BridgeName = name
+	}
+	return info, nil
 }
 
 // isPoolOverlap reports whether a network creation failed because the
-// requested address pool is already in use.
+// requested address pool is already in use: Docker says the pool
+// overlaps; Podman that the "subnet … is already used on the host or by
+// another config".
 func isPoolOverlap(err error) bool {
 	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "overlap") || strings.Contains(msg, "pool") && strings.Contains(msg, "in use")
+	return strings.Contains(msg, "overlap") || strings.Contains(msg, "pool") && strings.Contains(msg, "in use") ||
+		strings.Contains(msg, "subnet") && strings.Contains(msg, "already used")
 }
 
 // networkCreateOptions builds the create request; withV4 (withV6) false
@@ -188,5 +211,5 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (runtime.Netw
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", name, err)
 	}
-	return networkInfo(res.Network, false), nil
+	return r.networkInfo(ctx, res.Network, false)
 }
