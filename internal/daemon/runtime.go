@@ -31,6 +31,10 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (runt
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the container engine (docker.host %q, else DOCKER_HOST): %w", cfg.Docker.Host, err)
 	}
+	if err := checkEngine(ctx, rt, cfg, log); err != nil {
+		rt.Close()
+		return nil, err
+	}
 	return rt, nil
 }
 
