@@ -273,6 +273,11 @@ func (s *stream) Close() error {
 // Attach connects to the container's stdin and combined output. The stream
 // ends (io.EOF) when the container stops, and is closed when ctx ends.
 func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, error) {
+	if r.eng.podman() {
+		if err := r.podmanInit(ctx, name); err != nil {
+			return nil, wrap("attach", name, err)
+		}
+	}
 	hr, err := r.cli.ContainerAttach(ctx, name, client.ContainerAttachOptions{
 		Stream: true,
 		Stdin:  true,

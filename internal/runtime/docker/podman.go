@@ -189,11 +189,25 @@ var defaultSeccompProfile = sync.OnceValues(func() (string, error) {
 // libpodGet GETs a path of Podman's own API (/libpod/…) on the engine's
 // socket and decodes the JSON answer into out.
 func (r *Runtime) libpodGet(ctx context.Context, path string, out any) error {
+	return r.libpodDo(ctx, http.MethodGet, path, out)
+}
+
+// podmanInit initialises a created container (Podman's init route) and
+// returns the engine's own error text when that fails: Podman initialises
+// the container at attach and answers a failure there with a bare 409,
+// which the hijacked attach request cannot read.
+func (r *Runtime) podmanInit(ctx context.Context, name string) error {
+	return r.libpodDo(ctx, http.MethodPost, "/containers/"+url.PathEscape(name)+"/init", nil)
+}
+
+// libpodDo sends a request without a body to Podman's own API and decodes
+// a JSON answer into out (when not nil).
+func (r *Runtime) libpodDo(ctx context.Context, method, path string, out any) error {
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return r.cli.Dialer()(ctx) },
 	}}
 	defer hc.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://podman/v4.0.0/libpod"+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://podman/v4.0.0/libpod"+path, nil)
 	if err != nil {
 		return err
 	}
@@ -209,8 +223,11 @@ func (r *Runtime) libpodGet(ctx context.Context, path string, out any) error {
 	if resp.StatusCode == http.StatusNotFound {
 		return fmt.Errorf("%w: %s", runtime.ErrNotFound, libpodMessage(body))
 	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("podman: %s: %s", resp.Status, libpodMessage(body))
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotModified {
+		return fmt.Errorf("podman: %s", libpodMessage(body))
+	}
+	if out == nil {
+		return nil
 	}
 	return json.Unmarshal(body, out)
 }

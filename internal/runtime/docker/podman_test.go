@@ -1,9 +1,11 @@
 package docker
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -133,5 +135,39 @@ func TestPodmanMessages(t *testing.T) {
 	id := strings.Repeat("ab", 32)
 	if imageID(id) != "sha256:"+id || imageID("sha256:"+id) != "sha256:"+id || imageID("short") != "short" {
 		t.Error("image ids")
+	}
+}
+
+// TestAttachFailureNamesTheEngineError: when the container cannot be set
+// up (here its bind source vanished after the create), the error of the
+// attach, which reaches the server's console, carries the engine's own
+// words, not "unable to upgrade to tcp, received 409" (Podman initialises
+// the container at attach). On Docker the attach succeeds and the start
+// fails with the engine's words.
+func TestAttachFailureNamesTheEngineError(t *testing.T) {
+	r := newRuntime(t)
+	ctx := context.Background()
+	spec := gameServerSpec(t, r, "attachfail")
+	src := filepath.Join(t.TempDir(), "gone")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec.Mounts = []runtime.Mount{{Source: src, Target: "/home/container"}}
+	if err := r.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Attach(ctx, spec.Name)
+	if err == nil {
+		defer s.Close()
+		err = r.Start(ctx, spec.Name)
+	}
+	if err == nil {
+		t.Fatal("a container whose bind source is gone was set up")
+	}
+	if strings.Contains(err.Error(), "unable to upgrade") || !strings.Contains(err.Error(), "no such file or directory") {
+		t.Fatalf("error %q does not carry the engine's reason", err)
 	}
 }
