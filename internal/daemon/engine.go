@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 
@@ -18,17 +17,14 @@ const errRootlessCgroupV1 = "the container engine runs rootless on a cgroup v1 h
 // checkEngine logs what the engine is and refuses a rootless engine on
 // cgroup v1 unless the operator accepted it; a rootless engine also gets
 // the list of what it needs (Config.RootlessEngineNeeds) in the log.
-func checkEngine(ctx context.Context, rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error {
-	d, ok := rt.(runtime.EngineDescriber)
+func checkEngine(rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error {
+	d, ok := rt.(runtime.EngineFactser)
 	if !ok {
 		return nil
 	}
-	info, err := d.EngineInfo(ctx)
-	if err != nil {
-		return fmt.Errorf("asking the container engine what it is: %w", err)
-	}
+	info := d.Facts()
 	log.Info("container engine", "engine", info.Name, "version", info.Version, "rootless", info.Rootless,
-		"cgroup_version", info.CgroupVersion, "cgroup_driver", info.CgroupDriver)
+		"cgroup_version", info.CgroupVersion)
 	if !info.Rootless {
 		return nil
 	}

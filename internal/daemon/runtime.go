@@ -31,7 +31,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (runt
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the container engine (docker.host %q, else DOCKER_HOST): %w", cfg.Docker.Host, err)
 	}
-	if err := checkEngine(ctx, rt, cfg, log); err != nil {
+	if err := checkEngine(rt, cfg, log); err != nil {
 		rt.Close()
 		return nil, err
 	}

@@ -49,3 +49,17 @@ type EngineInfo struct {
 	MemoryBytes       int64  // the host's memory as the engine sees it
 	OperatingSystem   string
 }
+
+// EngineFacts is what a runtime learnt of its engine when it connected
+// (issue 37): which engine, whether it runs rootless, the cgroup version.
+type EngineFacts struct {
+	Name          string // "Docker" or "Podman"
+	Version       string
+	Rootless      bool
+	CgroupVersion string // "1" or "2"
+}
+
+// EngineFactser is implemented by runtimes that know their engine.
+type EngineFactser interface {
+	Facts() EngineFacts
+}

@@ -35,6 +35,7 @@ const (
 // Docker-compatible service hang on it.
 type engine struct {
 	name     string // EngineDocker or EnginePodman
+	version  string
 	rootless bool
 	cgroupV1 bool
 }
@@ -48,7 +49,7 @@ func detectEngine(ctx context.Context, cli *client.Client) (engine, error) {
 	if err != nil {
 		return engine{}, fmt.Errorf("docker: version: %w", err)
 	}
-	e := engine{name: engineName(v)}
+	e := engine{name: engineName(v), version: v.Version}
 	res, err := cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return engine{}, fmt.Errorf("docker: info: %w", err)
@@ -87,6 +88,16 @@ func hasSecurityOption(opts []string, name string) bool {
 
 // Name is the engine's name (EngineDocker or EnginePodman).
 func (r *Runtime) Name() string { return r.eng.name }
+
+// Facts is what New found out about the engine, without asking it again
+// (Podman's /info waits for its storage lock, seconds on a busy engine).
+func (r *Runtime) Facts() runtime.EngineFacts {
+	cg := "2"
+	if r.eng.cgroupV1 {
+		cg = "1"
+	}
+	return runtime.EngineFacts{Name: r.eng.name, Version: r.eng.version, Rootless: r.eng.rootless, CgroupVersion: cg}
+}
 
 // Rootless reports whether the engine runs without root (a rootless
 // Podman or Docker): it checks bind-mount sources as its own user.
