@@ -80,11 +80,11 @@ curl -sf --unix-socket "$sock" http://podman/version >/dev/null || {
 export DOCKER_HOST="unix://$sock" WHARF_TEST_ENGINE=podman WHARF_REQUIRE_DOCKER=1
 
 echo "== runtime/docker against Podman (the test images are built into Podman by the first tests)"
-go test -p 1 -count=1 -run 'TestEngineName|TestPodman|TestCreateMapsSpecOntoContainer$|TestEnsureNetwork$|TestQuotaLockedContainerCannotChangeProjectID$|TestUpdateLimitsLive$|TestSignalIntAndKill$' ./internal/runtime/docker/
+go test -p 1 -count=1 -run 'TestEngineName|TestPodman|TestCreateMapsSpecOntoContainer$|TestEnsureNetwork$|TestQuotaLockedContainerCannotChangeProjectID$|TestUpdateLimitsLive$|TestSignalIntAndKill$|TestAttachFailureNamesTheEngineError$' ./internal/runtime/docker/
 
 echo "== end-to-end tests against Podman"
 tests=(
-  TestServersConsole TestServersEnvironmentAndLimits TestServersSuspendThroughSync
+  TestServersConsole TestServersEnvironmentAndLimits TestServersSuspendThroughSync TestSyncAppliesNewLimits
   TestWebsocketConsole
   TestBackupRestoreLocal
   TestTransferArrivesIdentical
