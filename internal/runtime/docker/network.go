@@ -23,7 +23,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	if spec.Name == "" {
 		return runtime.NetworkInfo{}, fmt.Errorf("docker: network name is required")
 	}
-	if res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{}); err == nil {
+	if res, err := r.networkInspect(ctx, spec.Name); err == nil {
 		return r.networkInfo(ctx, res.Network, false)
 	} else if !cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
@@ -68,7 +68,7 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	}
 	// Re-inspect: report what the engine actually has, not the request (a
 	// network created concurrently by someone else counts as existing).
-	res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{})
+	res, err := r.networkInspect(ctx, spec.Name)
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
@@ -204,7 +204,7 @@ func bridgeName(nw network.Inspect) string {
 // InspectNetwork reports the network of that name as the engine has it
 // (never creating it); runtime.ErrNotFound when it does not exist.
 func (r *Runtime) InspectNetwork(ctx context.Context, name string) (runtime.NetworkInfo, error) {
-	res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	res, err := r.networkInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, runtime.ErrNotFound
 	}
@@ -212,4 +212,26 @@ func (r *Runtime) InspectNetwork(ctx context.Context, name string) (runtime.Netw
 		return runtime.NetworkInfo{}, wrap("inspect network", name, err)
 	}
 	return r.networkInfo(ctx, res.Network, false)
+}
+
+// networkInspect inspects a network. Podman's compatible inspect lists the
+// network's containers and fails when one of them is removed meanwhile
+// ("getting container from store …: container not known"): a race with
+// another server's removal, not an answer about the network, so it is
+// asked again (a few times, at once).
+func (r *Runtime) networkInspect(ctx context.Context, name string) (client.NetworkInspectResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+		if err == nil || !r.eng.podman() || attempt == 5 || !isPodmanContainerRace(err) {
+			return res, err
+		}
+		r.log.Debug("network inspect raced with a container's removal; asking again", "network", name, "error", err)
+	}
+}
+
+// isPodmanContainerRace reports Podman's error for a container that
+// vanished while a network was being inspected.
+func isPodmanContainerRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "getting container from store") || strings.Contains(msg, "container not known")
 }

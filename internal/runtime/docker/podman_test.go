@@ -132,6 +132,9 @@ func TestPodmanMessages(t *testing.T) {
 	if !isNotRunning(errors.New("Error response from daemon: can only kill running containers. abc is in state exited: container state improper")) {
 		t.Error("Podman's kill of an exited container is not 'not running'")
 	}
+	if !isPodmanContainerRace(errors.New(`Error response from daemon: getting container from store "430cca6d": container not known`)) || isPodmanContainerRace(errors.New("network wharf not found")) {
+		t.Error("Podman's network inspect race")
+	}
 	id := strings.Repeat("ab", 32)
 	if imageID(id) != "sha256:"+id || imageID("sha256:"+id) != "sha256:"+id || imageID("short") != "short" {
 		t.Error("image ids")
