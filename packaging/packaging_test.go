@@ -15,33 +15,49 @@ import (
 // TestSystemdUnitVerifies runs systemd-analyze verify on the unit, with
 // ExecStart pointed at an existing binary (the real one is installed later).
 func TestSystemdUnitVerifies(t *testing.T) {
+	verifyUnit(t, "wharf.service", "Requires=docker.service", "After=docker.service")
+}
+
+// TestPodmanUnitVerifies checks the unit of a Podman host (issue 37): it
+// wants podman.socket and needs no docker.service.
+func TestPodmanUnitVerifies(t *testing.T) {
+	text := verifyUnit(t, "wharf-podman.service", "Wants=podman.socket", "After=podman.socket")
+	if strings.Contains(text, "docker.service") {
+		t.Fatal("the Podman unit names docker.service")
+	}
+}
+
+func verifyUnit(t *testing.T, file string, wants ...string) string {
+	t.Helper()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze is not installed (apt-get install systemd)")
 	}
-	unit, err := os.ReadFile("wharf.service")
+	unit, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(unit)
-	for _, want := range []string{"Requires=docker.service", "After=docker.service", "Restart=on-failure", "LimitNOFILE=1048576", "PrivateTmp=false"} {
+	for _, want := range append(wants, "Restart=on-failure", "LimitNOFILE=1048576", "PrivateTmp=false") {
 		if !strings.Contains(text, want) {
-			t.Fatalf("the unit lacks %s", want)
+			t.Fatalf("%s lacks %s", file, want)
 		}
 	}
+	orig := text
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	text = strings.Replace(text, "ExecStart=/usr/local/bin/wharf", "ExecStart="+self, 1)
-	path := filepath.Join(t.TempDir(), "wharf.service")
+	path := filepath.Join(t.TempDir(), file)
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", file, err, out)
 	}
+	return orig
 }
 
 // TestImageBuildsAndRuns builds the image from a static binary and runs

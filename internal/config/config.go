@@ -249,6 +249,18 @@ type Docker struct {
 	// interfaces (failover, NAT), added to GET /api/system/ips for the
 	// panel's allocation wizard (Pelican Wings' key).
 	SystemIPs []string `yaml:"system_ips" json:"system_ips"`
+
+	// Host is the engine's address (issue 37): "unix:///var/run/docker.sock",
+	// "unix:///run/podman/podman.sock" (rootful Podman's Docker-compatible
+	// socket), "unix:///run/user/<uid>/podman/podman.sock" (rootless Podman)
+	// or "tcp://host:port". Empty: DOCKER_HOST, else Docker's default socket.
+	Host string `yaml:"host" json:"host"`
+
+	// RootlessCgroupV1Accepted lets Wharf start servers on a rootless
+	// engine on a cgroup v1 host, where the engine silently drops every
+	// memory, CPU and process limit. Off: Wharf refuses to start servers
+	// there, naming the reason.
+	RootlessCgroupV1Accepted bool `yaml:"rootless_cgroup_v1_accepted" json:"rootless_cgroup_v1_accepted"`
 }
 
 // DockerNetwork configures the node's container network.

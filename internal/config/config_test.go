@@ -99,6 +99,10 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"no sftp login grace", func(c *Config) { c.System.SFTP.LoginGraceTime = 0 }, "system.sftp.login_grace_time"},
 		{"zero disk check interval", func(c *Config) { c.System.DiskCheckInterval = 0 }, "system.disk_check_interval"},
 		{"zero disk walk interval", func(c *Config) { c.System.DiskWalkInterval = 0 }, "system.disk_walk_interval"},
+		{"relative engine socket", func(c *Config) { c.Docker.Host = "unix://run/podman/podman.sock" }, "docker.host"},
+		{"engine without scheme", func(c *Config) { c.Docker.Host = "/run/podman/podman.sock" }, "docker.host"},
+		{"engine tcp without port", func(c *Config) { c.Docker.Host = "tcp://10.0.0.5" }, "docker.host"},
+		{"engine over ssh", func(c *Config) { c.Docker.Host = "ssh://root@node" }, "docker.host"},
 		{"negative entry limit", func(c *Config) { c.System.DiskEntryLimit = -1 }, "system.disk_entry_limit"},
 	}
 	for _, tt := range tests {
@@ -148,5 +152,23 @@ func TestSaveRoundTripAndMode(t *testing.T) {
 	}
 	if diff := cmp.Diff(c, got, cmpopts.EquateEmpty()); diff != "" {
 		t.Fatalf("round trip differs (-want +got):\n%s", diff)
+	}
+}
+
+// TestEngineHostDefaultAndAccepted: docker.host is empty by default (the
+// environment's DOCKER_HOST, else Docker's socket) and both engines'
+// sockets and a TCP address are accepted; the cgroup v1 rootless override
+// is off by default.
+func TestEngineHostDefaultAndAccepted(t *testing.T) {
+	d := Defaults()
+	if d.Docker.Host != "" || d.Docker.RootlessCgroupV1Accepted {
+		t.Fatalf("defaults: host %q, rootless_cgroup_v1_accepted %v; want empty and false", d.Docker.Host, d.Docker.RootlessCgroupV1Accepted)
+	}
+	for _, h := range []string{"", "unix:///var/run/docker.sock", "unix:///run/podman/podman.sock", "unix:///run/user/1000/podman/podman.sock", "tcp://10.0.0.5:2375", "https://engine.example:2376"} {
+		c := validConfig()
+		c.Docker.Host = h
+		if err := c.Validate(); err != nil {
+			t.Errorf("docker.host %q: %v", h, err)
+		}
 	}
 }

@@ -264,6 +264,35 @@ func validateDocker(c *Config, bad badFunc) {
 		bad("docker.network.name", "is required")
 	}
 	validateBlockedDestinations(c.Docker.Network, bad)
+	if err := ValidateEngineHost(c.Docker.Host); err != nil {
+		bad("docker.host", err.Error())
+	}
+}
+
+// ValidateEngineHost checks docker.host: empty (DOCKER_HOST or Docker's
+// default socket), "unix://" and an absolute socket path, or "tcp://",
+// "http://" or "https://" with a host and a port and nothing else.
+func ValidateEngineHost(s string) error {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("must be unix:///path/to/engine.sock or tcp://host:port: %v", err)
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Host != "" || !filepath.IsAbs(u.Path) || u.RawQuery != "" || u.Fragment != "" {
+			return errors.New("must be unix:// and an absolute socket path, e.g. unix:///run/podman/podman.sock")
+		}
+	case "tcp", "http", "https":
+		if u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
+			return fmt.Errorf("must be %s://host:port", u.Scheme)
+		}
+	default:
+		return errors.New("must be unix:///path/to/engine.sock or tcp://host:port")
+	}
+	return nil
 }
 
 // validateBlockedDestinations checks docker.network.blocked_destinations:

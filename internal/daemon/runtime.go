@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/wharf/wharf/internal/config"
@@ -22,9 +23,17 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (runt
 		log.Warn("running servers on the in-memory test runtime: no container is ever started")
 		return fakeRuntime(), nil
 	}
-	rt, err := docker.New(ctx, docker.Options{Logger: log})
+	rt, err := docker.New(ctx, docker.Options{
+		Host:     cfg.Docker.Host,
+		Logger:   log,
+		StateDir: filepath.Join(cfg.System.RootDirectory, "engine"),
+	})
 	if err != nil {
-		return nil, fmt.Errorf("connecting to Docker: %w", err)
+		return nil, fmt.Errorf("connecting to the container engine (docker.host %q, else DOCKER_HOST): %w", cfg.Docker.Host, err)
+	}
+	if err := checkEngine(rt, cfg, log); err != nil {
+		rt.Close()
+		return nil, err
 	}
 	return rt, nil
 }

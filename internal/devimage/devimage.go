@@ -60,9 +60,14 @@ var (
 type Client = client.Client
 
 // NewClient returns a Docker client (environment settings, API version
-// negotiated) after checking that the engine answers.
-func NewClient(ctx context.Context) (*client.Client, error) {
-	cli, err := client.New(client.FromEnv)
+// negotiated) after checking that the engine answers. A non-empty host
+// (docker.host: Docker's or Podman's socket) overrides DOCKER_HOST.
+func NewClient(ctx context.Context, host string) (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	cli, err := client.New(opts...)
 	if err != nil {
 		return nil, err
 	}

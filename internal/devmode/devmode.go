@@ -56,7 +56,7 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("loading server definitions: %w", err)
 		}
 	}
-	ensureDevImages(ctx, opts.Out)
+	ensureDevImages(ctx, opts.Out, cfg.Docker.Host)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -136,11 +136,11 @@ const (
 
 // ensureDevImages builds the dev images when they are missing. A failure is
 // reported and does not stop dev mode: only starting the example needs them.
-func ensureDevImages(ctx context.Context, out io.Writer) {
+func ensureDevImages(ctx context.Context, out io.Writer, host string) {
 	if out == nil {
 		out = io.Discard
 	}
-	cli, err := devimage.NewClient(ctx)
+	cli, err := devimage.NewClient(ctx, host)
 	if err != nil {
 		fmt.Fprintf(out, "dev mode: Docker is not reachable (%v); servers cannot run.\n", err)
 		return

@@ -48,7 +48,7 @@ type Options struct {
 	// Logs returns the last n lines of the daemon log; the journal of the
 	// wharf unit (journalctl) when nil.
 	Logs func(ctx context.Context, n int) ([]string, error)
-	// DockerHost overrides DOCKER_HOST (tests).
+	// DockerHost overrides docker.host and DOCKER_HOST (tests).
 	DockerHost string
 	// HideEndpoints replaces the node's addresses (the panel's URL, the API's
 	// and SFTP's host and port, the metrics listener, S3 endpoints) wherever
@@ -72,11 +72,17 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 	fmt.Fprintf(&b, "kernel:  %s\n", kernel())
 	fmt.Fprintf(&b, "os:      %s\n", osName())
 
-	section("Docker")
-	dockerInfo(ctx, &b, opts.DockerHost)
-
 	section("Configuration " + opts.ConfigPath)
-	cfg, secrets := configuration(&b, opts.ConfigPath, opts.HideEndpoints)
+	var cb strings.Builder
+	cfg, secrets := configuration(&cb, opts.ConfigPath, opts.HideEndpoints)
+	host := opts.DockerHost
+	if host == "" && cfg != nil {
+		host = cfg.Docker.Host
+	}
+	b.WriteString(cb.String())
+
+	section("Container engine")
+	dockerInfo(ctx, &b, host, cfg)
 
 	if cfg != nil {
 		section("Panel")
@@ -90,7 +96,7 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		section("Tokens")
 		tokenScopes(&b, cfg, opts.TokenScopes)
 		section("Network isolation")
-		networkIsolation(ctx, &b, cfg, opts.DockerHost)
+		networkIsolation(ctx, &b, cfg, host)
 	}
 
 	if opts.LogLines > 0 {
@@ -160,7 +166,7 @@ func osName() string {
 	return "unknown"
 }
 
-func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
+func dockerInfo(ctx context.Context, b *strings.Builder, host string, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
@@ -174,10 +180,35 @@ func dockerInfo(ctx context.Context, b *strings.Builder, host string) {
 		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
 		return
 	}
-	fmt.Fprintf(b, "engine:         %s (API %s)\n", info.Version, info.APIVersion)
+	fmt.Fprintf(b, "engine:         %s %s (API %s) at %s\n", info.Name, info.Version, info.APIVersion, engineHost(host))
+	fmt.Fprintf(b, "rootless:       %v\n", info.Rootless)
 	fmt.Fprintf(b, "storage driver: %s\n", info.StorageDriver)
 	fmt.Fprintf(b, "cgroup:         v%s, driver %s\n", info.CgroupVersion, info.CgroupDriver)
 	fmt.Fprintf(b, "containers:     %d (%d running)\n", info.Containers, info.Running)
+	if info.Rootless && cfg != nil {
+		if info.CgroupVersion == "1" {
+			if cfg.Docker.RootlessCgroupV1Accepted {
+				b.WriteString("WARNING: rootless on cgroup v1: servers run without memory, CPU and process limits (docker.rootless_cgroup_v1_accepted: true)\n")
+			} else {
+				b.WriteString("PROBLEM: rootless on cgroup v1: Wharf refuses to boot (the engine drops every limit); see docker.rootless_cgroup_v1_accepted\n")
+			}
+		}
+		b.WriteString("a rootless engine needs:\n")
+		for _, need := range cfg.RootlessEngineNeeds() {
+			fmt.Fprintf(b, "  - %s\n", need)
+		}
+	}
+}
+
+// engineHost is the engine's address as the client resolves it.
+func engineHost(host string) string {
+	if host != "" {
+		return host
+	}
+	if env := os.Getenv("DOCKER_HOST"); env != "" {
+		return env
+	}
+	return "unix:///var/run/docker.sock"
 }
 
 // configuration prints the configuration with its secrets replaced and

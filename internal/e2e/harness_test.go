@@ -160,6 +160,9 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 		c.Testing.Runtime = config.TestRuntimeFake
 	} else {
 		testimages.RequireDocker(t)
+		if testimages.Podman() {
+			usePodman(c)
+		}
 	}
 	if opts.mutate != nil {
 		opts.mutate(c)
@@ -329,4 +332,18 @@ func parallelDocker(t *testing.T) {
 	t.Parallel()
 	dockerSlots <- struct{}{}
 	t.Cleanup(func() { <-dockerSlots })
+}
+
+// usePodman points a node at the Podman of WHARF_TEST_ENGINE=podman
+// through docker.host (not the environment, as an operator would) and
+// gives it the test network of Podman (testimages.TestPodmanNetwork), so
+// that it never takes Docker's bridge on a host that runs both.
+func usePodman(c *config.Config) {
+	c.Docker.Host = os.Getenv("DOCKER_HOST")
+	nw := testimages.TestPodmanNetwork
+	n := &c.Docker.Network
+	n.Name, n.Mode, n.BridgeName = nw.Name, nw.Name, nw.Bridge
+	n.Interface = nw.Gate4
+	n.Interfaces.V4 = config.Subnet{Subnet: nw.V4, Gateway: nw.Gate4}
+	n.Interfaces.V6 = config.Subnet{Subnet: nw.V6, Gateway: nw.Gate6}
 }

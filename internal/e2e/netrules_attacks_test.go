@@ -307,7 +307,15 @@ func TestNeighboursAreIsolated(t *testing.T) {
 	// Control: with the operator's enable_icc, A reads B's unpublished port.
 	got := n.dialFrom(t, a.UUID, "icc", v4, v6, pub, gate)
 	t.Logf("enable_icc: true: %v", got)
-	for _, addr := range []string{v4, v6, pub} {
+	checked := []string{v4, v6, pub}
+	if testimages.Podman() {
+		// Podman (netavark) forwards a published port with DNAT only: a
+		// container on the same bridge does not get through the node's
+		// address (Docker's userland proxy does it). Not a protection;
+		// docs/compatibility.md, "Container engines".
+		checked = checked[:2]
+	}
+	for _, addr := range checked {
 		if !strings.HasPrefix(got[addr], "OK portprobe B") {
 			t.Fatalf("control (enable_icc: true): A could not read B at %s: %s", addr, got[addr])
 		}
@@ -330,7 +338,7 @@ func TestNeighboursAreIsolated(t *testing.T) {
 			t.Errorf("A read B's unpublished port at %s with enable_icc false: %s", addr, got[addr])
 		}
 	}
-	if !strings.HasPrefix(got[pub], "OK portprobe B") {
+	if !strings.HasPrefix(got[pub], "OK portprobe B") && !testimages.Podman() {
 		t.Errorf("A cannot reach B's published port through the node's address %s: %s", pub, got[pub])
 	}
 	// The host stays reachable on the gateway (the input path).

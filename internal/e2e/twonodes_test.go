@@ -96,6 +96,9 @@ func clusterConfig(tb testing.TB, name, remote string, mutate func(string, *conf
 	}
 	c.TokenID, c.Token = clusterTokenID, clusterToken
 	c.Remote = remote
+	if testimages.Podman() {
+		usePodman(c) // never Docker's bridge (issue 37)
+	}
 	c.API.Host = "127.0.0.1"
 	c.API.Port = freePort(tb)
 	c.PlaceUnder(dir)

@@ -31,6 +31,10 @@ type EngineDescriber interface {
 
 // EngineInfo describes the engine (diagnostics, GET /api/system?v=2).
 type EngineInfo struct {
+	// Name is "Docker" or "Podman" (issue 37); Rootless is true for an
+	// engine that runs without root.
+	Name              string
+	Rootless          bool
 	Version           string
 	APIVersion        string
 	StorageDriver     string
@@ -44,4 +48,18 @@ type EngineInfo struct {
 	RuncVersion       string // runc commit id
 	MemoryBytes       int64  // the host's memory as the engine sees it
 	OperatingSystem   string
+}
+
+// EngineFacts is what a runtime learnt of its engine when it connected
+// (issue 37): which engine, whether it runs rootless, the cgroup version.
+type EngineFacts struct {
+	Name          string // "Docker" or "Podman"
+	Version       string
+	Rootless      bool
+	CgroupVersion string // "1" or "2"
+}
+
+// EngineFactser is implemented by runtimes that know their engine.
+type EngineFactser interface {
+	Facts() EngineFacts
 }

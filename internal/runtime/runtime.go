@@ -18,6 +18,11 @@ var ErrNotFound = errors.New("runtime: not found")
 // running (it exited between the caller's check and the signal).
 var ErrNotRunning = errors.New("runtime: container not running")
 
+// ErrLiveUpdateUnsupported is returned by Update when the engine cannot
+// change a running container's limits (Podman 4 has no update route): the
+// new limits apply when the container is next created, at its next start.
+var ErrLiveUpdateUnsupported = errors.New("runtime: the engine cannot change a running container's limits; they apply at the next start")
+
 // NodeLabel is the container label naming the node (its configuration
 // `uuid`) that created the container. Several nodes may share one engine,
 // and a container's name (the server UUID) does not say whose it is.

@@ -34,7 +34,13 @@ func (s *Server) Sync(ctx context.Context) error {
 
 	if s.State() != Offline {
 		limits := ContainerLimits(def.Config.Build, s.deps.Config.Get().Docker)
-		if err := s.deps.Runtime.Update(ctx, uuid, limits); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		err := s.deps.Runtime.Update(ctx, uuid, limits)
+		switch {
+		case errors.Is(err, runtime.ErrLiveUpdateUnsupported):
+			// Podman 4: the container is created anew at each start.
+			s.log.Warn("the engine cannot change a running container's limits: the new limits apply at the next start", "error", err)
+			s.daemonMessage("The new resource limits apply when the server next starts (the container engine cannot change them while it runs).")
+		case err != nil && !errors.Is(err, runtime.ErrNotFound):
 			s.log.Warn("could not apply new limits to the running container", "error", err)
 		}
 	}

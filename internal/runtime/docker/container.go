@@ -63,6 +63,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) error 
 	if err != nil {
 		return fmt.Errorf("docker: create %s: %w", spec.Name, err)
 	}
+	if r.eng.podman() {
+		if err := podmanHostConfig(hostCfg, r.profiles); err != nil {
+			return fmt.Errorf("docker: create %s: %w", spec.Name, err)
+		}
+	}
 	resp, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg, Name: spec.Name})
 	if err != nil {
 		return wrap("create", spec.Name, err)
@@ -225,8 +230,13 @@ func resources(l runtime.Limits, update bool) container.Resources {
 }
 
 // Update changes the limits of an existing container in place. Zero fields
-// are left unchanged; the OOM-killer setting cannot change live.
+// are left unchanged; the OOM-killer setting cannot change live. Podman 4
+// has no update route (it answers 404 to any container):
+// runtime.ErrLiveUpdateUnsupported, without asking it.
 func (r *Runtime) Update(ctx context.Context, name string, limits runtime.Limits) error {
+	if r.eng.podman() {
+		return fmt.Errorf("docker: update %s: %w", name, runtime.ErrLiveUpdateUnsupported)
+	}
 	res := resources(limits, true)
 	resp, err := r.cli.ContainerUpdate(ctx, name, client.ContainerUpdateOptions{Resources: &res})
 	if err != nil {
@@ -263,6 +273,11 @@ func (s *stream) Close() error {
 // Attach connects to the container's stdin and combined output. The stream
 // ends (io.EOF) when the container stops, and is closed when ctx ends.
 func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, error) {
+	if r.eng.podman() {
+		if err := r.podmanInit(ctx, name); err != nil {
+			return nil, wrap("attach", name, err)
+		}
+	}
 	hr, err := r.cli.ContainerAttach(ctx, name, client.ContainerAttachOptions{
 		Stream: true,
 		Stdin:  true,

@@ -26,13 +26,19 @@ type Options struct {
 	Host string
 	// HTTPClient overrides the HTTP client; mainly for tests.
 	HTTPClient *http.Client
+	// StateDir is a directory of Wharf's own (under system.root_directory)
+	// where the seccomp profiles Podman reads as files are written. Needed
+	// on Podman only.
+	StateDir string
 }
 
 // Runtime is the Docker implementation of runtime.Runtime. It is safe for
 // concurrent use. Close it when done.
 type Runtime struct {
-	cli *client.Client
-	log *slog.Logger
+	cli      *client.Client
+	log      *slog.Logger
+	eng      engine
+	profiles *seccompProfiles
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -58,11 +64,21 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker: engine at %s does not answer: %w", cli.DaemonHost(), err)
 	}
+	eng, err := detectEngine(ctx, cli)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker: engine at %s: %w", cli.DaemonHost(), err)
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runtime{cli: cli, log: log.With("component", "docker")}, nil
+	return &Runtime{
+		cli:      cli,
+		log:      log.With("component", "docker"),
+		eng:      eng,
+		profiles: &seccompProfiles{dir: opts.StateDir},
+	}, nil
 }
 
 // APIVersion returns the negotiated Docker API version.
@@ -84,7 +100,13 @@ func wrap(op, name string, err error) error {
 }
 
 // isNotRunning reports whether err is the engine's "container is not
-// running" conflict.
+// running" conflict (Podman: "can only kill running containers … container
+// state improper", a 500 rather than a 409).
 func isNotRunning(err error) bool {
-	return err != nil && (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is not running"))
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return cerrdefs.IsConflict(err) || strings.Contains(msg, "is not running") ||
+		strings.Contains(msg, "can only kill running containers") || strings.Contains(msg, "container state improper")
 }

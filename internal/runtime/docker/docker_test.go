@@ -13,6 +13,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
@@ -165,6 +166,11 @@ func TestOOMKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r.Name() == EnginePodman && !st.OOMKilled && st.ExitCode == 137 {
+		// Podman 4.3 with cgroupfs on cgroup v1 does not tell an OOM kill
+		// from another SIGKILL (docs/compatibility.md).
+		t.Skipf("killed (137) but Podman does not report the OOM kill: %+v", st)
+	}
 	if !st.OOMKilled || st.ExitCode != 137 {
 		t.Errorf("after allocating past the limit: %+v, want OOM-killed with 137", st)
 	}
@@ -247,12 +253,16 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 		}
 	}
 	check("Hostname", cfg.Hostname, "wharf-host")
-	check("Domainname", cfg.Domainname, "example.test")
+	if r.Name() != EnginePodman {
+		check("Domainname", cfg.Domainname, "example.test")
+	}
 	check("User", cfg.User, "1000:1000")
 	check("Tty", cfg.Tty, true)
 	check("OpenStdin", cfg.OpenStdin, true)
 	check("StdinOnce", cfg.StdinOnce, false)
-	check("AttachStdin", cfg.AttachStdin, true)
+	if r.Name() != EnginePodman { // Podman's inspect reports false
+		check("AttachStdin", cfg.AttachStdin, true)
+	}
 	check("label Service", cfg.Labels["Service"], "Wharf")
 	check("label ContainerType", cfg.Labels["ContainerType"], "server_process")
 	check("label NodeUUID", cfg.Labels[runtime.NodeLabel], spec.Labels[runtime.NodeLabel])
@@ -266,22 +276,13 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 	if hc.PidsLimit == nil || *hc.PidsLimit != 128 {
 		t.Errorf("PidsLimit = %v, want 128", hc.PidsLimit)
 	}
-	if hc.OomKillDisable == nil || *hc.OomKillDisable {
-		t.Errorf("OomKillDisable = %v, want false", hc.OomKillDisable)
-	}
 	check("ReadonlyRootfs", hc.ReadonlyRootfs, true)
-	check("SecurityOpt", strings.Join(hc.SecurityOpt, ","), "no-new-privileges")
-	capDrop := strings.ToLower(strings.Join(hc.CapDrop, ","))
-	for _, want := range []string{"setpcap", "mknod", "audit_write", "net_raw", "dac_override", "fowner", "fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace"} {
-		if !strings.Contains(capDrop, want) {
-			t.Errorf("CapDrop %q lacks %s", capDrop, want)
-		}
-	}
-	check("Tmpfs /tmp", hc.Tmpfs["/tmp"], "rw,exec,nosuid,size=16M")
 	check("DNS", fmt.Sprint(hc.DNS), "[1.1.1.1 1.0.0.1]")
-	check("LogConfig.Type", hc.LogConfig.Type, "local")
-	check("LogConfig max-size", hc.LogConfig.Config["max-size"], "5m")
-	check("LogConfig mode", hc.LogConfig.Config["mode"], "non-blocking")
+	if r.Name() == EnginePodman {
+		checkPodmanSpec(t, r, spec.Name, hc)
+	} else {
+		checkDockerSpec(t, hc, data)
+	}
 	for _, proto := range []string{"tcp", "udp"} {
 		p := network.MustParsePort(strconv.Itoa(port) + "/" + proto)
 		b := hc.PortBindings[p]
@@ -291,9 +292,6 @@ func TestCreateMapsSpecOntoContainer(t *testing.T) {
 		if _, ok := cfg.ExposedPorts[p]; !ok {
 			t.Errorf("%s not exposed", p)
 		}
-	}
-	if len(hc.Mounts) != 1 || hc.Mounts[0].Source != data || hc.Mounts[0].Target != "/home/container" || hc.Mounts[0].ReadOnly {
-		t.Errorf("Mounts = %+v", hc.Mounts)
 	}
 
 	// The hardened container runs: it can write to the bind mount and to
@@ -322,6 +320,13 @@ func TestUpdateLimitsLive(t *testing.T) {
 	spec.Limits = runtime.Limits{MemoryBytes: 64 << 20, MemorySwapBytes: 128 << 20, PidsLimit: 64}
 	startGameServer(t, r, spec)
 	err := r.Update(ctx, spec.Name, runtime.Limits{MemoryBytes: 96 << 20, MemorySwapBytes: 192 << 20, CPUQuota: 40000, CPUPeriod: 100000, PidsLimit: 100})
+	if r.Name() == EnginePodman {
+		// Podman 4 has no update route: Update says so, never "not found".
+		if !errors.Is(err, runtime.ErrLiveUpdateUnsupported) || errors.Is(err, runtime.ErrNotFound) {
+			t.Fatalf("Update on Podman = %v, want ErrLiveUpdateUnsupported", err)
+		}
+		return
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,13 +587,20 @@ func TestEnsureNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]string{
+	options := map[string]string{
 		"com.docker.network.bridge.name":                 spec.BridgeName,
 		"com.docker.network.bridge.enable_icc":           "true",
 		"com.docker.network.bridge.enable_ip_masquerade": "true",
 		"com.docker.network.bridge.host_binding_ipv4":    "0.0.0.0",
 		"com.docker.network.driver.mtu":                  "1500",
-	} {
+	}
+	if r.Name() == EnginePodman {
+		// Podman keeps the MTU (as "mtu") and takes the bridge's name
+		// (checked through BridgeName above); it ignores the rest, which
+		// Wharf's firewall enforces.
+		options = map[string]string{"mtu": "1500"}
+	}
+	for k, v := range options {
 		if nw.Options[k] != v {
 			t.Errorf("option %s = %q, want %q", k, nw.Options[k], v)
 		}
@@ -619,6 +631,15 @@ func TestEnsureNetwork(t *testing.T) {
 	}
 	if len(nw2.IPAM.Config) == 0 || nw2.IPAM.Config[0].Subnet.String() != info.IPv4Subnet {
 		t.Errorf("reported subnet %s, engine has %+v", info.IPv4Subnet, nw2.IPAM.Config)
+	}
+	if r.Name() == EnginePodman {
+		// Podman names its bridges podman<N> and creates the interface when
+		// the first container joins: the name is Podman's own inspect's.
+		want, err := r.podmanBridgeName(ctx, name2)
+		if err != nil || want == "" || info.BridgeName != want || !strings.HasPrefix(want, "podman") {
+			t.Errorf("bridge name %q, Podman says %q (%v)", info.BridgeName, want, err)
+		}
+		return
 	}
 	// The bridge the engine named is a host interface of that name.
 	if want := "br-" + nw2.ID[:12]; info.BridgeName != want {
@@ -725,4 +746,56 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// checkDockerSpec checks what Docker reports of the hardened spec of
+// TestCreateMapsSpecOntoContainer.
+func checkDockerSpec(t *testing.T, hc *container.HostConfig, data string) {
+	t.Helper()
+	if hc.OomKillDisable == nil || *hc.OomKillDisable {
+		t.Errorf("OomKillDisable = %v, want false", hc.OomKillDisable)
+	}
+	if got := strings.Join(hc.SecurityOpt, ","); got != "no-new-privileges" {
+		t.Errorf("SecurityOpt = %s", got)
+	}
+	capDrop := strings.ToLower(strings.Join(hc.CapDrop, ","))
+	for _, want := range []string{"setpcap", "mknod", "audit_write", "net_raw", "dac_override", "fowner", "fsetid", "net_bind_service", "sys_chroot", "setfcap", "sys_ptrace"} {
+		if !strings.Contains(capDrop, want) {
+			t.Errorf("CapDrop %q lacks %s", capDrop, want)
+		}
+	}
+	if hc.Tmpfs["/tmp"] != "rw,exec,nosuid,size=16M" || hc.LogConfig.Type != "local" || hc.LogConfig.Config["max-size"] != "5m" || hc.LogConfig.Config["mode"] != "non-blocking" {
+		t.Errorf("Tmpfs %v, LogConfig %+v", hc.Tmpfs, hc.LogConfig)
+	}
+	if len(hc.Mounts) != 1 || hc.Mounts[0].Source != data || hc.Mounts[0].Target != "/home/container" || hc.Mounts[0].ReadOnly {
+		t.Errorf("Mounts = %+v", hc.Mounts)
+	}
+}
+
+// checkPodmanSpec checks what Podman reports of the same spec: Docker's
+// default seccomp profile as a file, the log bounded (Podman's own inspect
+// has the size), bounded /run and /var/tmp. Podman's compatible inspect
+// lists only the capabilities dropped from its own (smaller) default set
+// and no bind mounts; the test checks both from inside the container.
+func checkPodmanSpec(t *testing.T, r *Runtime, name string, hc *container.HostConfig) {
+	t.Helper()
+	if len(hc.SecurityOpt) != 2 || hc.SecurityOpt[0] != "no-new-privileges" || !strings.HasPrefix(hc.SecurityOpt[1], "seccomp=/") {
+		t.Errorf("SecurityOpt = %v, want no-new-privileges and a profile file", hc.SecurityOpt)
+	}
+	for dir, want := range map[string]string{"/tmp": "size=16M", "/run": "size=16M", "/var/tmp": "size=16M"} {
+		if !strings.Contains(hc.Tmpfs[dir], want) {
+			t.Errorf("Tmpfs %s = %q, want %s", dir, hc.Tmpfs[dir], want)
+		}
+	}
+	var lc struct {
+		HostConfig struct {
+			LogConfig struct{ Type, Size string }
+		}
+	}
+	if err := r.libpodGet(context.Background(), "/containers/"+name+"/json", &lc); err != nil {
+		t.Fatal(err)
+	}
+	if lc.HostConfig.LogConfig.Type != "k8s-file" || lc.HostConfig.LogConfig.Size != "5MB" {
+		t.Errorf("Podman's log config = %+v, want k8s-file of 5MB", lc.HostConfig.LogConfig)
+	}
 }

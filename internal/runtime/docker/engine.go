@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"strings"
 
 	"github.com/moby/moby/client"
 
@@ -24,6 +25,8 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 	}
 	info := res.Info
 	out := EngineInfo{
+		Name:            r.eng.name,
+		Rootless:        r.eng.rootless,
 		Version:         info.ServerVersion,
 		APIVersion:      r.cli.ClientVersion(),
 		StorageDriver:   info.Driver,
@@ -55,7 +58,21 @@ func (r *Runtime) PruneImages(ctx context.Context) (runtime.PruneReport, error) 
 	rep := res.Report
 	out := runtime.PruneReport{SpaceReclaimed: rep.SpaceReclaimed}
 	for _, d := range rep.ImagesDeleted {
-		out.Deleted = append(out.Deleted, runtime.DeletedImage{Untagged: d.Untagged, Deleted: d.Deleted})
+		out.Deleted = append(out.Deleted, runtime.DeletedImage{Untagged: d.Untagged, Deleted: imageID(d.Deleted)})
 	}
 	return out, nil
+}
+
+// imageID is an image id as Docker spells it, "sha256:" and the digest:
+// Podman answers the bare hex digest.
+func imageID(id string) string {
+	if len(id) != 64 || strings.Contains(id, ":") {
+		return id
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return id
+		}
+	}
+	return "sha256:" + id
 }

@@ -26,9 +26,9 @@ import (
 func newRuntime(t *testing.T) *Runtime {
 	t.Helper()
 	testimages.RequireDocker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := New(ctx, Options{})
+	r, err := New(ctx, Options{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	if spec.Name == "" {
 		return runtime.NetworkInfo{}, fmt.Errorf("docker: network name is required")
 	}
-	if res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{}); err == nil {
-		return networkInfo(res.Network, false), nil
+	if res, err := r.networkInspect(ctx, spec.Name); err == nil {
+		return r.networkInfo(ctx, res.Network, false)
 	} else if !cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
@@ -34,7 +34,12 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 		if err != nil {
 			return err
 		}
-		_, err = r.cli.NetworkCreate(ctx, spec.Name, opts)
+		res, err := r.cli.NetworkCreate(ctx, spec.Name, opts)
+		for _, w := range res.Warning {
+			// Podman names each Docker option it ignores (ICC, masquerade,
+			// host binding): Wharf's firewall enforces the isolation.
+			r.log.Warn("engine warning on network create", "network", spec.Name, "warning", w)
+		}
 		return err
 	}
 	err := create(spec, true, true)
@@ -63,18 +68,36 @@ func (r *Runtime) EnsureNetwork(ctx context.Context, spec runtime.NetworkSpec) (
 	}
 	// Re-inspect: report what the engine actually has, not the request (a
 	// network created concurrently by someone else counts as existing).
-	res, err := r.cli.NetworkInspect(ctx, spec.Name, client.NetworkInspectOptions{})
+	res, err := r.networkInspect(ctx, spec.Name)
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", spec.Name, err)
 	}
-	return networkInfo(res.Network, created), nil
+	return r.networkInfo(ctx, res.Network, created)
+}
+
+// networkInfo is networkInfo with, on Podman, the bridge's name from
+// Podman's own API (its compatible inspect leaves the name out, and its
+// bridges are not named after the network's id).
+func (r *Runtime) networkInfo(ctx context.Context, nw network.Inspect, created bool) (runtime.NetworkInfo, error) {
+	info := networkInfo(nw, created)
+	if r.eng.podman() {
+		name, err := r.podmanBridgeName(ctx, nw.Name)
+		if err != nil {
+			return runtime.NetworkInfo{}, fmt.Errorf("docker: inspect network %s with Podman's API: %w", nw.Name, err)
+		}
+		info.BridgeName = name
+	}
+	return info, nil
 }
 
 // isPoolOverlap reports whether a network creation failed because the
-// requested address pool is already in use.
+// requested address pool is already in use: Docker says the pool
+// overlaps; Podman that the "subnet … is already used on the host or by
+// another config".
 func isPoolOverlap(err error) bool {
 	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "overlap") || strings.Contains(msg, "pool") && strings.Contains(msg, "in use")
+	return strings.Contains(msg, "overlap") || strings.Contains(msg, "pool") && strings.Contains(msg, "in use") ||
+		strings.Contains(msg, "subnet") && strings.Contains(msg, "already used")
 }
 
 // networkCreateOptions builds the create request; withV4 (withV6) false
@@ -181,12 +204,34 @@ func bridgeName(nw network.Inspect) string {
 // InspectNetwork reports the network of that name as the engine has it
 // (never creating it); runtime.ErrNotFound when it does not exist.
 func (r *Runtime) InspectNetwork(ctx context.Context, name string) (runtime.NetworkInfo, error) {
-	res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	res, err := r.networkInspect(ctx, name)
 	if cerrdefs.IsNotFound(err) {
 		return runtime.NetworkInfo{}, runtime.ErrNotFound
 	}
 	if err != nil {
 		return runtime.NetworkInfo{}, wrap("inspect network", name, err)
 	}
-	return networkInfo(res.Network, false), nil
+	return r.networkInfo(ctx, res.Network, false)
+}
+
+// networkInspect inspects a network. Podman's compatible inspect lists the
+// network's containers and fails when one of them is removed meanwhile
+// ("getting container from store …: container not known"): a race with
+// another server's removal, not an answer about the network, so it is
+// asked again (a few times, at once).
+func (r *Runtime) networkInspect(ctx context.Context, name string) (client.NetworkInspectResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := r.cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+		if err == nil || !r.eng.podman() || attempt == 5 || !isPodmanContainerRace(err) {
+			return res, err
+		}
+		r.log.Debug("network inspect raced with a container's removal; asking again", "network", name, "error", err)
+	}
+}
+
+// isPodmanContainerRace reports Podman's error for a container that
+// vanished while a network was being inspected.
+func isPodmanContainerRace(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "getting container from store") || strings.Contains(msg, "container not known")
 }
