@@ -165,6 +165,17 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 	n := &node{
 		t: t, Token: token, Config: c, CfgPath: cfgPath, Panel: panel, log: &syncBuffer{},
 	}
+	// WHARF_BENCH_AGENT=wings: Pterodactyl Wings in place of Wharf
+	// (wingsbench_test.go).
+	if bin := wingsBenchBinary(t); bin != "" {
+		n.bin = bin
+		ids := make([]string, len(opts.servers))
+		for i, s := range opts.servers {
+			ids[i] = s.UUID
+		}
+		n.bootWings(dir, ids)
+		return n
+	}
 	t.Cleanup(n.stop)
 	// The ports were free when picked but are not held until the daemon
 	// binds them: a parallel test's connection can take one in between.
