@@ -281,7 +281,13 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// WHARF_E2E_REQUEST_TIMEOUT (a Go duration) lengthens it for a slow
+	// benchmark run, e.g. a reference's decompress of a large tree under load.
+	timeout := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("WHARF_E2E_REQUEST_TIMEOUT")); err == nil && d > 0 {
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
 	if err != nil {
