@@ -172,6 +172,17 @@ func startNode(t testing.TB, opts nodeOptions) *node {
 		t: t, Token: token, Config: c, CfgPath: cfgPath, Panel: panel, log: &syncBuffer{},
 		wrap: opts.wrap,
 	}
+	// WHARF_BENCH_AGENT=wings: Pterodactyl Wings in place of Wharf
+	// (wingsbench_test.go).
+	if bin := wingsBenchBinary(t); bin != "" {
+		n.bin = bin
+		ids := make([]string, len(opts.servers))
+		for i, s := range opts.servers {
+			ids[i] = s.UUID
+		}
+		n.bootWings(dir, ids)
+		return n
+	}
 	t.Cleanup(n.stop)
 	// The ports were free when picked but are not held until the daemon
 	// binds them: a parallel test's connection can take one in between.
@@ -277,7 +288,13 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// WHARF_E2E_REQUEST_TIMEOUT (a Go duration) lengthens it for a slow
+	// benchmark run, e.g. a reference's decompress of a large tree under load.
+	timeout := 30 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("WHARF_E2E_REQUEST_TIMEOUT")); err == nil && d > 0 {
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
 	if err != nil {
