@@ -14,6 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/backup"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
+	"github.com/wharf/wharf/internal/hostinfo"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -64,8 +65,8 @@ type Deps struct {
 type API struct {
 	Deps
 	deauth *deauth.Service
-	cpu    *cpuMeter
-	paths  *hostPaths // nil: the host's /proc (tests set their own)
+	cpu    *hostinfo.CPUMeter
+	paths  *hostinfo.Paths // nil: the host's /proc (tests set their own)
 }
 
 // New returns the API.
@@ -76,7 +77,7 @@ func New(d Deps) *API {
 	if d.OnConfigApplied == nil {
 		d.OnConfigApplied = func(_, _ *config.Config) {}
 	}
-	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}, cpu: &cpuMeter{path: procPaths.stat}}
+	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}, cpu: &hostinfo.CPUMeter{Path: hostinfo.Proc().Stat}}
 }
 
 // Handler returns the complete HTTP handler: middleware around the route table.

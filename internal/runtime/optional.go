@@ -45,3 +45,9 @@ type EngineInfo struct {
 	MemoryBytes       int64  // the host's memory as the engine sees it
 	OperatingSystem   string
 }
+
+// NetworkInspector reports a network as the engine has it (the
+// diagnostics report reads the node's bridge from it).
+type NetworkInspector interface {
+	InspectNetwork(ctx context.Context, name string) (NetworkInfo, error)
+}
