@@ -15,6 +15,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
 	"github.com/wharf/wharf/internal/hostinfo"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -56,6 +57,9 @@ type Deps struct {
 	// RecentLogs returns the daemon's last n log lines for the diagnostics
 	// report, whatever started the daemon; nil reads the journal.
 	RecentLogs func(n int) []string
+	// Metrics counts the API's requests (the daemon's collectors); nil:
+	// not counted.
+	Metrics *metrics.Metrics
 	// Stopping ends when the daemon begins to shut down: long file work
 	// (compress, decompress, search, copy) ends then. nil: never.
 	Stopping context.Context
