@@ -120,10 +120,16 @@ func (s *Service) WithMetrics(m *metrics.Metrics) *Service {
 	return s
 }
 
-// Close cancels every job and waits for them.
+// Close cancels every job and waits for them, then for the repository's
+// own goroutines.
 func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
+	s.repoMu.Lock()
+	defer s.repoMu.Unlock()
+	if s.repo != nil {
+		s.repo.Close()
+	}
 }
 
 // tempPrefix starts the names of archives being written in the backup
