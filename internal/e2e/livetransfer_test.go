@@ -20,6 +20,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // liveNodes turns live transfers on for both nodes; the target writes at
@@ -105,17 +106,15 @@ func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	// within a moment.
 	const stopMsg = "Stopping the server to send the last changes"
 	announced := func() bool { return strings.Contains(c.Source.log.String(), stopMsg) }
-	for !announced() {
-		if st := c.Source.details(id)["state"]; st != "running" {
-			for end := time.Now().Add(2 * time.Second); !announced() && time.Now().Before(end); {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if !announced() {
-				t.Fatalf("server %v during phase 1\n%s", st, c.Source.log)
-			}
+	wait.For(t, 10*time.Minute, func() bool {
+		if announced() {
+			return true
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		if st := c.Source.details(id)["state"]; st != "running" && !wait.Until(2*time.Second, announced) {
+			t.Fatalf("server %v during phase 1\n%s", st, c.Source.log)
+		}
+		return false
+	}, "the source to announce the stop for the final pass")
 	c.waitReports(c.Target, id, []string{"success"}, 60*time.Second)
 	c.Source.waitDaemonLog(`server=`+id+` direction=outgoing status=completed`, 30*time.Second)
 	c.Source.waitDaemonLog(`msg="transfer completed" server=`+id+` direction=outgoing live=true offline=`, 10*time.Second)
@@ -273,8 +272,11 @@ func TestLiveTransferFailures(t *testing.T) {
 				// applying what phase 1 left in the buffers).
 				bigChange(t, c.Source.dataDir(id))
 				c.Source.waitDaemonLog(`msg="live transfer: the server is stopped, sending the last changes" server=`+id, 90*time.Second)
+				// The point: the action lands while the phase runs, some
+				// way into it rather than at its first byte.
 				time.Sleep(500 * time.Millisecond)
 			} else {
+				// The point: the action lands some way into phase 1.
 				time.Sleep(time.Second)
 			}
 			switch tc.action {

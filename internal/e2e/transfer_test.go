@@ -391,6 +391,7 @@ func TestTransferTargetKilled(t *testing.T) {
 	fill(t, c.Source, id, 16<<20)
 	c.startTransfer(id)
 	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=processing`, 20*time.Second)
+	// The point: the kill lands some way into the transfer, not at its first byte.
 	time.Sleep(time.Second)
 	c.Target.kill9()
 	c.waitReports(c.Source, id, []string{"failure"}, 30*time.Second)
@@ -422,6 +423,7 @@ func TestTransferSourceKilled(t *testing.T) {
 	want := snap(t, c.Source.dataDir(id))
 	c.startTransfer(id)
 	c.Target.waitDaemonLog(`server=`+id+` direction=incoming status=processing`, 20*time.Second)
+	// The point: the kill lands some way into the transfer, not at its first byte.
 	time.Sleep(time.Second)
 	c.Source.kill9()
 
