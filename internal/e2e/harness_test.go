@@ -270,8 +270,14 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		}
 		rd = bytes.NewReader(data)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Bounded by progress, not by a total: on a loaded machine a large
+	// answer takes as long as it takes while bytes move; nothing moving
+	// for requestStall (no answer, or a body that stops) fails the test.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stall := time.AfterFunc(requestStall, cancel)
+	defer stall.Stop()
+	moved := func() { stall.Reset(requestStall) }
 	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
 	if err != nil {
 		n.t.Fatal(err)
@@ -291,11 +297,28 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		n.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer res.Body.Close()
-	data, err := io.ReadAll(res.Body)
+	data, err := io.ReadAll(progressReader{res.Body, moved})
 	if err != nil {
-		n.t.Fatal(err)
+		n.t.Fatalf("%s %s: reading the answer: %v (nothing moved for %s)", method, path, err, requestStall)
 	}
 	return res, data
+}
+
+// requestStall is how long a request may make no progress (n.request).
+const requestStall = 30 * time.Second
+
+// progressReader calls moved whenever a read returns bytes.
+type progressReader struct {
+	r     io.Reader
+	moved func()
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.moved()
+	}
+	return n, err
 }
 
 // kill9 kills the daemon without letting it clean up.
