@@ -125,7 +125,7 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	api("POST", "/api/servers/"+id+"/power", map[string]string{"action": "start"})
 	// Running: the start (which first walks the tree to fix its
 	// ownership) is over and takes no CPU from the transfer.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	if !wait.Until(2*time.Minute, func() bool {
 		req, _ := http.NewRequest("GET", srcURL+"/api/servers/"+id, nil)
 		req.Header.Set("Authorization", "Bearer "+clusterToken)
 		var st struct {
@@ -135,12 +135,9 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 			_ = json.NewDecoder(res.Body).Decode(&st)
 			res.Body.Close()
 		}
-		if st.State == "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the server did not start\n%s", srcLog.String())
-		}
+		return st.State == "running"
+	}) {
+		b.Fatalf("the server did not start\n%s", srcLog.String())
 	}
 	time.Sleep(time.Second) // the game's own start
 
