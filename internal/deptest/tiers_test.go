@@ -74,6 +74,9 @@ func tierViolations(pkgs []pkg) []string {
 				continue
 			}
 			switch {
+			// devmode runs the daemon on the embedded panel and image; the
+			// daemon's test build (-tags wharf_testruntime, testbuild_on.go)
+			// runs on the in-memory engine.
 			case to == -1 && !(self == "internal/devmode" && (rel == "internal/devpanel" || rel == "internal/devimage")) &&
 				!(self == "internal/daemon" && rel == "internal/runtime/runtimetest"):
 				out = append(out, self+" ("+tiers[from].name+") imports "+rel+", which is test support")
