@@ -199,6 +199,10 @@ func (n *node) boot() bool {
 	args := append(append([]string(nil), n.wrap...), bin, "--config", n.CfgPath)
 	n.cmd = exec.Command(args[0], args[1:]...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	// A test binary that dies (go test's -timeout panics, a kill) takes its
+	// daemons with it: on a busy machine a leftover daemon (and its
+	// containers' work) would load the next runs.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
