@@ -302,9 +302,7 @@ func TestLiveTransferFailures(t *testing.T) {
 				c.waitReports(c.Target, id, []string{"failure"}, 30*time.Second)
 			}
 			c.Target.assertGone(id)
-			if entries, _ := os.ReadDir(filepath.Join(c.Target.Config.System.RootDirectory, "transfers")); len(entries) != 0 {
-				t.Fatalf("transfer markers left on the target: %v", entries)
-			}
+			waitNoMarkers(t, filepath.Join(c.Target.Config.System.RootDirectory, "transfers"))
 
 			if tc.action == "kill-source" {
 				// The restarted source tells the backend, as in a classic transfer.
@@ -374,4 +372,19 @@ func TestLiveTransferCarriesInstallLog(t *testing.T) {
 		t.Fatalf("installed.txt on the target: %q %v", b, err)
 	}
 	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=3`, time.Second)
+}
+
+// waitNoMarkers fails the test unless the incoming transfer markers in dir
+// are gone. A target reports a failed transfer, then removes its marker:
+// the test waits for the marker to go (a loaded machine widens the gap)
+// rather than read the directory once right after the report.
+func waitNoMarkers(t *testing.T, dir string) {
+	t.Helper()
+	var entries []os.DirEntry
+	if !wait.Until(30*time.Second, func() bool {
+		entries, _ = os.ReadDir(dir)
+		return len(entries) == 0
+	}) {
+		t.Fatalf("transfer markers left on the target: %v", entries)
+	}
 }

@@ -433,9 +433,7 @@ func TestTransferSourceKilled(t *testing.T) {
 	if _, err := engineInspect(context.Background(), testimages.Client(t), id); err == nil {
 		t.Fatal("a container exists for a transfer whose source died")
 	}
-	if entries, _ := os.ReadDir(filepath.Join(c.Target.Config.System.RootDirectory, "transfers")); len(entries) != 0 {
-		t.Fatalf("transfer markers left on the target: %v", entries)
-	}
+	waitNoMarkers(t, filepath.Join(c.Target.Config.System.RootDirectory, "transfers"))
 	res, body := c.Target.request("GET", "/api/servers", nil, "")
 	if res.StatusCode != 200 || strings.Contains(string(body), id) {
 		t.Fatalf("the target still lists the server: %d %s", res.StatusCode, body)
