@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"github.com/wharf/wharf/internal/devmode"
 	"github.com/wharf/wharf/internal/diagnostics"
 	"github.com/wharf/wharf/internal/files"
+	"github.com/wharf/wharf/internal/runtime/docker"
 )
 
 // version and commit are stamped at build time (make release):
@@ -162,7 +164,22 @@ func runDiagnostics(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	return diagnostics.Write(ctx, os.Stdout, diagnostics.Options{
+	opts := diagnostics.Options{
 		ConfigPath: *cfgPath, Version: version, Commit: commit, LogLines: max(*lines, 0), HideEndpoints: *hide,
-	})
+	}
+	// The report asks the engine through the runtime, as the daemon's does.
+	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	host := "" // docker.host when the configuration reads, else DOCKER_HOST
+	if cfg, err := config.Load(*cfgPath); err == nil {
+		host = cfg.Docker.Host
+	}
+	rt, err := docker.New(dialCtx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
+	cancel()
+	if err != nil {
+		opts.RuntimeError = err
+	} else {
+		defer rt.Close()
+		opts.Runtime = rt
+	}
+	return diagnostics.Write(ctx, os.Stdout, opts)
 }

@@ -9,10 +9,6 @@ import (
 	"path/filepath"
 )
 
-// testHookBeforeRename runs after the data is durable and before the rename;
-// tests use it to simulate a crash at the worst moment.
-var testHookBeforeRename func(tmp string)
-
 // WriteFile writes data to path atomically with the given permissions.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
 	return Write(path, perm, func(w io.Writer) error {
@@ -24,7 +20,13 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 // Write creates a temporary file next to path, lets fill write it, fsyncs it,
 // renames it over path and fsyncs the directory. On any error the temporary
 // file is removed and path is untouched.
-func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err error) {
+func Write(path string, perm os.FileMode, fill func(w io.Writer) error) error {
+	return write(path, perm, fill, nil)
+}
+
+// write is Write; beforeRename, when set, runs after the data is durable
+// and before the rename (tests simulate a crash at the worst moment).
+func write(path string, perm os.FileMode, fill func(w io.Writer) error, beforeRename func(tmp string)) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -49,8 +51,8 @@ func Write(path string, perm os.FileMode, fill func(w io.Writer) error) (err err
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomicfile: %w", err)
 	}
-	if testHookBeforeRename != nil {
-		testHookBeforeRename(tmp)
+	if beforeRename != nil {
+		beforeRename(tmp)
 	}
 	return Commit(tmp, path)
 }

@@ -55,8 +55,8 @@ func TestFailedFillLeavesOldFileAndNoTemp(t *testing.T) {
 // be intact.
 func TestCrashBeforeRenameKeepsOldFile(t *testing.T) {
 	if path := os.Getenv("ATOMICFILE_CRASH_CHILD"); path != "" {
-		testHookBeforeRename = func(string) { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
-		_ = WriteFile(path, []byte("new content"), 0o600)
+		crash := func(string) { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+		_ = write(path, 0o600, func(w io.Writer) error { _, err := w.Write([]byte("new content")); return err }, crash)
 		t.Fatal("the child survived its own SIGKILL")
 	}
 	path := filepath.Join(t.TempDir(), "config.yml")

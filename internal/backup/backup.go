@@ -18,6 +18,7 @@ import (
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
@@ -81,12 +82,13 @@ type Server interface {
 // Service runs backups and restores. Every job is a goroutine of the
 // service, stopped and waited for by Close.
 type Service struct {
-	cfg    *config.Store
-	panel  *panel.Client
-	log    *slog.Logger
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg     *config.Store
+	panel   *panel.Client
+	log     *slog.Logger
+	metrics *metrics.Metrics // nil: jobs are not counted
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	mu      sync.Mutex
 	running map[string]bool // backup UUIDs being made
@@ -112,10 +114,23 @@ func New(ctx context.Context, cfg *config.Store, p *panel.Client, log *slog.Logg
 	return &Service{cfg: cfg, panel: p, log: log, ctx: ctx, cancel: cancel, running: map[string]bool{}}
 }
 
-// Close cancels every job and waits for them.
+// WithMetrics counts the service's backups and restores in m (the
+// daemon's collectors); call it before the first job.
+func (s *Service) WithMetrics(m *metrics.Metrics) *Service {
+	s.metrics = m
+	return s
+}
+
+// Close cancels every job and waits for them, then for the repository's
+// own goroutines.
 func (s *Service) Close() {
 	s.cancel()
 	s.wg.Wait()
+	s.repoMu.Lock()
+	defer s.repoMu.Unlock()
+	if s.repo != nil {
+		s.repo.Close()
+	}
 }
 
 // tempPrefix starts the names of archives being written in the backup

@@ -97,7 +97,7 @@ func (s *Service) run(ctx context.Context, srv Server, adapter Adapter, backup, 
 		d, err = s.createRemote(ctx, srv, backup, ignore)
 	}
 	end()
-	metrics.ObserveJob(metrics.Backup, err, d.Size, time.Since(start))
+	s.metrics.ObserveJob(metrics.Backup, err, d.Size, time.Since(start))
 	status := panel.BackupStatus{ChecksumType: "sha1", Parts: []panel.BackupPart{}}
 	if err != nil {
 		log.Error("backup failed", "error", err)

@@ -112,7 +112,7 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server cannot start and its files cannot be changed until it is done."))
 	res, err := s.extract(ctx, srv, req, src)
-	metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
+	s.metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
 	end()
 	if err != nil {
 		log.Error("restore failed", "error", err)

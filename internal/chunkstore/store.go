@@ -93,8 +93,14 @@ type Store struct {
 
 	shared *sharedState // a repository shared with other nodes (shared.go); guarded by mu
 
-	afterMark func() // tests: runs between GC's reading of the manifests and its decision
+	afterMark func()         // tests: runs between GC's reading of the manifests and its decision
+	bg        sync.WaitGroup // the store's own goroutines (unpinLater), joined by Close
 }
+
+// Close waits for the goroutines the store started itself (a committed
+// backup's pins being dropped). Its Readers and Writers are closed by their
+// users before; the backend is the caller's.
+func (s *Store) Close() { s.bg.Wait() }
 
 // Open opens (creating when absent) the repository in the directory dir.
 func Open(dir string) (*Store, error) {
@@ -577,13 +583,13 @@ func (s *Store) unpinLater(pinned map[blobID]struct{}, lists []int) {
 	s.mu.Lock()
 	s.unpins++
 	s.mu.Unlock()
-	go func() {
+	s.bg.Go(func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.unpinLocked(pinned, lists)
 		s.unpins--
 		s.unpinned.Broadcast()
-	}()
+	})
 }
 
 // waitUnpinned waits, s.mu held, until no committed writer's pins are

@@ -18,6 +18,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/logtail"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -45,7 +46,7 @@ const shutdownGrace = 30 * time.Second
 // Run boots the daemon and serves until ctx is cancelled. Containers are
 // never stopped by a daemon shutdown.
 func Run(ctx context.Context, opts Options) error {
-	n := &node{opts: opts, level: new(slog.LevelVar)}
+	n := &node{opts: opts, level: new(slog.LevelVar), metrics: metrics.New()}
 	if err := n.boot(); err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func (n *node) boot() error {
 	n.client = panel.New(func() panel.Settings {
 		c := store.Get()
 		return panel.Settings{Remote: c.Remote, TokenID: c.TokenID, Token: c.Token, Timeout: time.Duration(c.RemoteQuery.Timeout) * time.Second, Headers: c.RemoteQuery.CustomHeaders}
-	}, opts.Version)
+	}, opts.Version).WithMetrics(n.metrics)
 	return nil
 }
 

@@ -20,8 +20,8 @@ type metricsSessions struct {
 // startMetrics serves the Prometheus endpoint on its own listener until ctx
 // ends. A listener that cannot start is logged, never fatal: metrics are
 // not worth a node that does not boot.
-func startMetrics(ctx context.Context, wg *sync.WaitGroup, addr string, log *slog.Logger, store *config.Store, servers *server.Manager, acts *activity.Queue, sessions metricsSessions) {
-	reg := metrics.NewRegistry(metrics.Sources{
+func startMetrics(ctx context.Context, wg *sync.WaitGroup, addr string, m *metrics.Metrics, log *slog.Logger, store *config.Store, servers *server.Manager, acts *activity.Queue, sessions metricsSessions) {
+	reg := metrics.NewRegistry(m, metrics.Sources{
 		Servers:           func() []metrics.ServerSample { return serverSamples(servers) },
 		ActivityPending:   acts.PendingBytes,
 		WebsocketSessions: sessions.websocket,

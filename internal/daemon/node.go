@@ -17,6 +17,7 @@ import (
 	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/httpapi"
 	"github.com/wharf/wharf/internal/logtail"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/panel"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/quota"
@@ -40,7 +41,10 @@ type node struct {
 	level     *slog.LevelVar
 	store     *config.Store
 	client    *panel.Client
-	rt        runtime.Runtime
+	// metrics are the daemon's own collectors, fed by the panel client,
+	// the API, backups and transfers, served by the metrics listener.
+	metrics *metrics.Metrics
+	rt      runtime.Runtime
 	// network is the node's container network as the engine has it;
 	// firewall is Wharf's firewall (nil when off or not applicable) and
 	// serverRuntime the runtime the servers use: rt, or rt behind the
@@ -166,7 +170,7 @@ func (n *node) startServers(ctx context.Context) error {
 }
 
 func (n *node) startBackups(context.Context) error {
-	n.backups = backup.New(n.nodeCtx, n.store, n.client, n.log)
+	n.backups = backup.New(n.nodeCtx, n.store, n.client, n.log).WithMetrics(n.metrics)
 	n.browse = backupview.New(n.backups.BrowseSource)
 	n.backups.CleanTemporaries()
 	return nil
@@ -175,6 +179,7 @@ func (n *node) startBackups(context.Context) error {
 func (n *node) startTransfers(ctx context.Context) error {
 	n.transfers = transfer.New(n.nodeCtx, transfer.Options{
 		Servers: n.servers, Panel: n.client, Config: n.store, Backups: n.backups, Log: n.log,
+		Metrics: n.metrics,
 	})
 	n.transfers.CleanupStale(ctx)
 	return nil
@@ -274,7 +279,7 @@ func (n *node) startMetrics(ctx context.Context) error {
 	mctx, stop := context.WithCancel(ctx)
 	var done sync.WaitGroup
 	n.stopMetric = func() { stop(); done.Wait() }
-	startMetrics(mctx, &done, addr, n.log, n.store, n.servers, n.acts, metricsSessions{websocket: n.hub.Sessions, sftp: n.sftp.Sessions})
+	startMetrics(mctx, &done, addr, n.metrics, n.log, n.store, n.servers, n.acts, metricsSessions{websocket: n.hub.Sessions, sftp: n.sftp.Sessions})
 	return nil
 }
 
@@ -287,8 +292,8 @@ func (n *node) api(ctx context.Context) *httpapi.API {
 		Denylist: n.denylist, Websockets: n.hub, Activity: n.acts, Pulls: n.pulls,
 		OnConfigApplied: func(_, next *config.Config) { n.setLevel(next) },
 		Runtime:         n.rt, ConfigPath: n.opts.ConfigPath, Commit: n.opts.Commit,
-		RecentLogs: n.logTail.Last,
-		Stopping:   ctx,
+		RecentLogs: n.logTail.Last, Metrics: n.metrics,
+		Stopping: ctx,
 	})
 }
 

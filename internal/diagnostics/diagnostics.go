@@ -5,11 +5,10 @@
 package diagnostics
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -26,8 +25,9 @@ import (
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/firewall"
+	"github.com/wharf/wharf/internal/hostinfo"
 	"github.com/wharf/wharf/internal/quota"
-	"github.com/wharf/wharf/internal/runtime/docker"
+	wruntime "github.com/wharf/wharf/internal/runtime"
 )
 
 // Redacted replaces every secret in the report; RedactedEndpoint an address
@@ -48,8 +48,13 @@ type Options struct {
 	// Logs returns the last n lines of the daemon log; the journal of the
 	// wharf unit (journalctl) when nil.
 	Logs func(ctx context.Context, n int) ([]string, error)
-	// DockerHost overrides docker.host and DOCKER_HOST (tests).
-	DockerHost string
+	// Runtime is the node's container runtime: the report asks it what
+	// the engine is and which bridge the node's network is (when it can:
+	// runtime.EngineDescriber, runtime.NetworkInspector). The daemon passes
+	// its own, `wharf diagnostics` the Docker engine's; nil with
+	// RuntimeError when none answers.
+	Runtime      wruntime.Runtime
+	RuntimeError error
 	// HideEndpoints replaces the node's addresses (the panel's URL, the API's
 	// and SFTP's host and port, the metrics listener, S3 endpoints) wherever
 	// they appear, for a report that is pasted in public (Pelican's
@@ -69,20 +74,14 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 	section("Versions")
 	fmt.Fprintf(&b, "wharf:   %s (commit %s)\n", opts.Version, opts.Commit)
 	fmt.Fprintf(&b, "go:      %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "kernel:  %s\n", kernel())
-	fmt.Fprintf(&b, "os:      %s\n", osName())
+	fmt.Fprintf(&b, "kernel:  %s\n", hostinfo.Kernel())
+	fmt.Fprintf(&b, "os:      %s\n", cmp.Or(hostinfo.OSPrettyName(hostinfo.Proc().OSRelease), "unknown"))
 
 	section("Configuration " + opts.ConfigPath)
-	var cb strings.Builder
-	cfg, secrets := configuration(&cb, opts.ConfigPath, opts.HideEndpoints)
-	host := opts.DockerHost
-	if host == "" && cfg != nil {
-		host = cfg.Docker.Host
-	}
-	b.WriteString(cb.String())
+	cfg, secrets := configuration(&b, opts.ConfigPath, opts.HideEndpoints)
 
 	section("Container engine")
-	dockerInfo(ctx, &b, host, cfg)
+	engineInfo(ctx, &b, opts, cfg)
 
 	if cfg != nil {
 		section("Panel")
@@ -96,7 +95,7 @@ func Write(ctx context.Context, out io.Writer, opts Options) error {
 		section("Tokens")
 		tokenScopes(&b, cfg, opts.TokenScopes)
 		section("Network isolation")
-		networkIsolation(ctx, &b, cfg, host)
+		networkIsolation(ctx, &b, cfg, opts)
 	}
 
 	if opts.LogLines > 0 {
@@ -140,47 +139,40 @@ func scrubWith(s string, values []string, with string) string {
 	return s
 }
 
-func kernel() string {
-	read := func(name string) string {
-		data, err := os.ReadFile("/proc/sys/kernel/" + name)
-		if err != nil {
-			return "unknown"
-		}
-		return strings.TrimSpace(string(data))
+// noRuntime says why the report cannot ask the runtime, "" when it can.
+func noRuntime(opts Options) string {
+	switch {
+	case opts.RuntimeError != nil:
+		return fmt.Sprintf("the engine does not answer: %v", opts.RuntimeError)
+	case opts.Runtime == nil:
+		return "no container runtime"
 	}
-	return read("ostype") + " " + read("osrelease")
+	return ""
 }
 
-func osName() string {
-	f, err := os.Open("/etc/os-release")
-	if err != nil {
-		return "unknown"
+func engineInfo(ctx context.Context, b *strings.Builder, opts Options, cfg *config.Config) {
+	if why := noRuntime(opts); why != "" {
+		fmt.Fprintf(b, "(%s)\n", why)
+		return
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
-			return strings.Trim(v, `"`)
-		}
+	e, ok := opts.Runtime.(wruntime.EngineDescriber)
+	if !ok {
+		b.WriteString("(this node's container runtime does not describe its engine)\n")
+		return
 	}
-	return "unknown"
-}
-
-func dockerInfo(ctx context.Context, b *strings.Builder, host string, cfg *config.Config) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
+	info, err := e.EngineInfo(ctx)
 	if err != nil {
 		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
 		return
 	}
-	defer rt.Close()
-	info, err := rt.EngineInfo(ctx)
-	if err != nil {
-		fmt.Fprintf(b, "(the engine does not answer: %v)\n", err)
-		return
+	host := ""
+	if cfg != nil {
+		host = cfg.Docker.Host
 	}
-	fmt.Fprintf(b, "engine:         %s %s (API %s) at %s\n", info.Name, info.Version, info.APIVersion, engineHost(host))
+	fmt.Fprintf(b, "engine:         %s (API %s)\n", strings.TrimSpace(info.Name+" "+info.Version), info.APIVersion)
+	fmt.Fprintf(b, "address:        %s\n", engineHost(host))
 	fmt.Fprintf(b, "rootless:       %v\n", info.Rootless)
 	fmt.Fprintf(b, "storage driver: %s\n", info.StorageDriver)
 	fmt.Fprintf(b, "cgroup:         v%s, driver %s\n", info.CgroupVersion, info.CgroupDriver)
@@ -200,7 +192,8 @@ func dockerInfo(ctx context.Context, b *strings.Builder, host string, cfg *confi
 	}
 }
 
-// engineHost is the engine's address as the client resolves it.
+// engineHost is the engine's address as the runtime dials it: docker.host,
+// else DOCKER_HOST, else Docker's default socket.
 func engineHost(host string) string {
 	if host != "" {
 		return host
@@ -343,9 +336,6 @@ func repositoryClaims(b *strings.Builder, c *config.Config) {
 		}
 	}
 	switch {
-	case len(others) > 0 && c.System.Backups.Repository.Shared:
-		fmt.Fprintf(b, "repository nodes: shared with %s (system.backups.repository.shared: true; a node that does not share it is refused)\n",
-			strings.Join(others, ", "))
 	case len(others) > 0:
 		setting := "system.backups.repository.path"
 		if c.System.Backups.Repository.S3.Enabled() {
@@ -429,7 +419,7 @@ func journal(ctx context.Context, n int) ([]string, error) {
 // networkIsolation says whether neighbours are isolated and private
 // destinations blocked, and whether Wharf's firewall rules are in the
 // kernel now (docs/security.md).
-func networkIsolation(ctx context.Context, b *strings.Builder, cfg *config.Config, host string) {
+func networkIsolation(ctx context.Context, b *strings.Builder, cfg *config.Config, opts Options) {
 	nw := cfg.Docker.Network
 	if !nw.ICCDefaultApplied {
 		nw.EnableICC = false // the next boot applies Wharf's default (config.ApplyICCDefault)
@@ -451,14 +441,17 @@ func networkIsolation(ctx context.Context, b *strings.Builder, cfg *config.Confi
 		}
 	}
 	fmt.Fprintf(b, "blocked:      %v (built in), %v (docker.network.blocked_destinations)\n", blocked, operator)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rt, err := docker.New(ctx, docker.Options{Host: host, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		fmt.Fprintf(b, "rules:        (the engine does not answer: %v)\n", err)
+	if why := noRuntime(opts); why != "" {
+		fmt.Fprintf(b, "rules:        (%s)\n", why)
 		return
 	}
-	defer rt.Close()
+	rt, ok := opts.Runtime.(wruntime.NetworkInspector)
+	if !ok {
+		b.WriteString("rules:        (this node's container runtime has no bridge network)\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	info, err := rt.InspectNetwork(ctx, nw.Name)
 	if err != nil {
 		fmt.Fprintf(b, "rules:        (network %s: %v)\n", nw.Name, err)

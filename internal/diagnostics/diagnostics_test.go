@@ -3,6 +3,7 @@ package diagnostics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
+	wruntime "github.com/wharf/wharf/internal/runtime"
 )
 
 // TestReportHasNoSecret writes a report for a node whose configuration holds
@@ -58,6 +60,7 @@ func TestReportHasNoSecret(t *testing.T) {
 	var out bytes.Buffer
 	err := Write(context.Background(), &out, Options{
 		ConfigPath: path, Version: "1.2.3", Commit: "abc1234", LogLines: 2,
+		Runtime: describedEngine{info: wruntime.EngineInfo{Version: "28.2.2", StorageDriver: "overlay2", CgroupVersion: "1", CgroupDriver: "cgroupfs"}},
 		Logs: func(_ context.Context, n int) ([]string, error) {
 			return []string{"level=INFO msg=boot", "level=DEBUG msg=oops token=" + token + " pass=" + regPass + " cf=" + cfSecret + " s3=" + s3Secret}[:n], nil
 		},
@@ -238,5 +241,44 @@ func TestReportSaysHowDiskLimitsAreHeld(t *testing.T) {
 	}
 	if strings.Contains(report, "server not-a-server") {
 		t.Fatal("a directory that is not a server's is listed")
+	}
+}
+
+// describedEngine is a runtime that only describes its engine (the other
+// methods are never called by the report).
+type describedEngine struct {
+	wruntime.Runtime
+	info wruntime.EngineInfo
+}
+
+func (e describedEngine) EngineInfo(context.Context) (wruntime.EngineInfo, error) { return e.info, nil }
+
+// TestReportAsksTheNodesRuntime: the engine section comes from the runtime
+// handed to the report (the daemon's own), not from a Docker client of its
+// own; without one, or one that cannot describe its engine, it says so.
+func TestReportAsksTheNodesRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"runtime", Options{Runtime: describedEngine{info: wruntime.EngineInfo{Version: "99.1.2", APIVersion: "1.99", Containers: 7, Running: 3}}},
+			"engine:         99.1.2 (API 1.99)"},
+		{"none", Options{}, "(no container runtime)"},
+		{"down", Options{RuntimeError: errors.New("dial unix /run/docker.sock: refused")}, "(the engine does not answer: dial unix"},
+		{"cannot describe", Options{Runtime: struct{ wruntime.Runtime }{}}, "does not describe its engine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.ConfigPath = filepath.Join(t.TempDir(), "absent.yml")
+			var out bytes.Buffer
+			if err := Write(context.Background(), &out, tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			_, section, _ := strings.Cut(out.String(), "== Container engine ==")
+			section, _, _ = strings.Cut(section, "==")
+			if !strings.Contains(section, tc.want) {
+				t.Errorf("the engine section lacks %q:\n%s", tc.want, section)
+			}
+		})
 	}
 }

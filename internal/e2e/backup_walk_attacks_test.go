@@ -48,6 +48,7 @@ func TestRepositoryBackupWhileAGameSwapsSubdirectoriesForLinks(t *testing.T) {
 			}
 			if os.Rename(sub, parked) == nil {
 				_ = os.Symlink(host, sub)
+				// The attack's window: the link stays in place a moment for the walk to meet it.
 				time.Sleep(time.Millisecond)
 				_ = os.Remove(sub)
 				_ = os.Rename(parked, sub)

@@ -119,6 +119,7 @@ func TestDiskMonitorNodeFigures(t *testing.T) {
 		time.Sleep(20 * time.Second)
 		load0 := loadAvg()
 		c0 := n.cpuTicks()
+		// The measuring window of the figure.
 		time.Sleep(window)
 		cpu := float64(n.cpuTicks()-c0) / 100
 		t.Logf("FIGURES %s: binary=%s servers=%d files=%d check=%ds walk=%ds window=%s daemon-cpu=%.2fs (%.3f s/min) load=%s..%s",

@@ -44,6 +44,7 @@ func TestNoDescriptorLeakAfterThousandOperations(t *testing.T) {
 		call("GET", "/api/system", "Bearer "+n.Token)
 		call("GET", "/download/file?token="+n.signURL(downloadClaims("hello.txt")), "")
 	}
+	// A moment for the warm-up's connections to close, so that they do not count in the baseline; the check below waits for its condition.
 	time.Sleep(200 * time.Millisecond)
 	before := n.openFDs()
 	for i := 0; i < 1000; i++ {

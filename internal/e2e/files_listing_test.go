@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // hugeDirEntries is the size of the directory the listing attack uses
@@ -134,6 +136,8 @@ func (n *node) waitIdle(t *testing.T, timeout time.Duration) int64 {
 	start := n.cpuTicks()
 	deadline := time.Now().Add(timeout)
 	for last := start; time.Now().Before(deadline); {
+		// The measuring window of idleness: the condition is a rate, read
+		// over a fixed span.
 		time.Sleep(300 * time.Millisecond)
 		now := n.cpuTicks()
 		if now-last <= 1 {
@@ -262,12 +266,8 @@ func TestListingStopsWhenTheClientLeaves(t *testing.T) {
 	}
 	// Before the first byte: once the daemon is at work.
 	leave("gone before the first byte", func(_ net.Conn, _ *bufio.Reader, started int64) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for n.cpuTicks()-started < full/10 {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the daemon did not start listing")
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !wait.Until(30*time.Second, func() bool { return n.cpuTicks()-started >= full/10 }) {
+			return fmt.Errorf("the daemon did not start listing")
 		}
 		return nil
 	})

@@ -217,6 +217,10 @@ func (n *node) boot() bool {
 	args := append(append([]string(nil), n.wrap...), bin, "--config", n.CfgPath)
 	n.cmd = exec.Command(args[0], args[1:]...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	// A test binary that dies (go test's -timeout panics, a kill) takes its
+	// daemons with it: on a busy machine a leftover daemon (and its
+	// containers' work) would load the next runs.
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
 	}
@@ -288,14 +292,14 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		}
 		rd = bytes.NewReader(data)
 	}
-	// WHARF_E2E_REQUEST_TIMEOUT (a Go duration) lengthens it for a slow
-	// benchmark run, e.g. a reference's decompress of a large tree under load.
-	timeout := 30 * time.Second
-	if d, err := time.ParseDuration(os.Getenv("WHARF_E2E_REQUEST_TIMEOUT")); err == nil && d > 0 {
-		timeout = d
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// Bounded by progress, not by a total: on a loaded machine a large
+	// answer takes as long as it takes while bytes move; nothing moving
+	// for requestStall (no answer, or a body that stops) fails the test.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stall := time.AfterFunc(requestStall, cancel)
+	defer stall.Stop()
+	moved := func() { stall.Reset(requestStall) }
 	req, err := http.NewRequestWithContext(ctx, method, n.URL+path, rd)
 	if err != nil {
 		n.t.Fatal(err)
@@ -315,11 +319,36 @@ func (n *node) request(method, path string, body any, auth string) (*http.Respon
 		n.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer res.Body.Close()
-	data, err := io.ReadAll(res.Body)
+	data, err := io.ReadAll(progressReader{res.Body, moved})
 	if err != nil {
-		n.t.Fatal(err)
+		n.t.Fatalf("%s %s: reading the answer: %v (nothing moved for %s)", method, path, err, requestStall)
 	}
 	return res, data
+}
+
+// requestStall is how long a request may make no progress (n.request):
+// 30 s, or WHARF_E2E_REQUEST_TIMEOUT (a Go duration) for a benchmark whose
+// answer comes only at the end of a long job (a reference's decompress of a
+// large tree under load).
+var requestStall = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("WHARF_E2E_REQUEST_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}()
+
+// progressReader calls moved whenever a read returns bytes.
+type progressReader struct {
+	r     io.Reader
+	moved func()
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.moved()
+	}
+	return n, err
 }
 
 // kill9 kills the daemon without letting it clean up.
@@ -353,11 +382,11 @@ func parallelDocker(t *testing.T) {
 
 // usePodman points a node at the Podman of WHARF_TEST_ENGINE=podman
 // through docker.host (not the environment, as an operator would) and
-// gives it the test network of Podman (testimages.TestPodmanNetwork), so
+// gives it the test network of Podman (testimages.TestPodmanNetwork()), so
 // that it never takes Docker's bridge on a host that runs both.
 func usePodman(c *config.Config) {
 	c.Docker.Host = os.Getenv("DOCKER_HOST")
-	nw := testimages.TestPodmanNetwork
+	nw := testimages.TestPodmanNetwork()
 	n := &c.Docker.Network
 	n.Name, n.Mode, n.BridgeName = nw.Name, nw.Name, nw.Bridge
 	n.Interface = nw.Gate4

@@ -230,6 +230,8 @@ func TestIssue33AttacksAtOnce(t *testing.T) {
 				if os.Rename(sub, sub+".parked") == nil {
 					swaps.Add(1)
 					_ = os.Symlink(host, sub)
+					// The link stays a moment so that the backup's walk can meet it: the
+					// race is the point.
 					time.Sleep(time.Millisecond)
 					_ = os.Remove(sub)
 					_ = os.Rename(sub+".parked", sub)
@@ -237,9 +239,7 @@ func TestIssue33AttacksAtOnce(t *testing.T) {
 			}
 		}()
 		defer func() { close(stop); <-done }()
-		for swaps.Load() == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		wait.For(t, 30*time.Second, func() bool { return swaps.Load() > 0 }, "the first swap")
 		for range 3 {
 			id := newBackupID()
 			if st := n.backupOf(swapID, id); !st.Successful {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
@@ -49,12 +50,13 @@ func TestInstallSuccess(t *testing.T) {
 
 	cli := testimages.Client(t)
 	var seen bool
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !seen; time.Sleep(100 * time.Millisecond) {
-		info, err := engineInspect(context.Background(), cli, s.UUID+"_installer")
-		if err != nil {
-			continue
-		}
-		seen = true
+	var info container.InspectResponse
+	seen = wait.Until(30*time.Second, func() bool {
+		var err error
+		info, err = engineInspect(context.Background(), cli, s.UUID+"_installer")
+		return err == nil
+	})
+	if seen {
 		hc := info.HostConfig
 		if hc.Privileged || info.Config.User != "" {
 			t.Errorf("installer privileged %v user %q", hc.Privileged, info.Config.User)

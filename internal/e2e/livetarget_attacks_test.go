@@ -69,9 +69,7 @@ func TestLiveTargetMemoryUnderHostileStreams(t *testing.T) {
 		})
 	}
 	c.waitReports(c.Target, id, want, 30*time.Second)
-	if entries, _ := os.ReadDir(c.Target.Config.System.RootDirectory + "/transfers"); len(entries) != 0 {
-		t.Fatalf("transfer markers left on the target: %v", entries)
-	}
+	waitNoMarkers(t, c.Target.Config.System.RootDirectory+"/transfers")
 	if res, _ := c.Target.request("GET", "/api/system", nil, ""); res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /api/system after the attacks: %d", res.StatusCode)
 	}

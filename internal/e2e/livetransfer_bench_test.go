@@ -27,6 +27,7 @@ import (
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -124,7 +125,7 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	api("POST", "/api/servers/"+id+"/power", map[string]string{"action": "start"})
 	// Running: the start (which first walks the tree to fix its
 	// ownership) is over and takes no CPU from the transfer.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	if !wait.Until(2*time.Minute, func() bool {
 		req, _ := http.NewRequest("GET", srcURL+"/api/servers/"+id, nil)
 		req.Header.Set("Authorization", "Bearer "+clusterToken)
 		var st struct {
@@ -134,12 +135,9 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 			_ = json.NewDecoder(res.Body).Decode(&st)
 			res.Body.Close()
 		}
-		if st.State == "running" {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the server did not start\n%s", srcLog.String())
-		}
+		return st.State == "running"
+	}) {
+		b.Fatalf("the server did not start\n%s", srcLog.String())
 	}
 	time.Sleep(time.Second) // the game's own start
 
@@ -185,10 +183,13 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	down := make(chan time.Time, 1)
 	wg.Go(func() {
 		for !stopping.MatchString(srcLog.String()) {
+			// Polls the log for the moment the server stops: the figure
+			// is read from these instants (10 ms resolution).
 			time.Sleep(10 * time.Millisecond)
 		}
 		close(stop)
 		for !live && !strings.Contains(srcLog.String(), "Streaming archive to destination...") {
+			// As above: the instant is the figure's.
 			time.Sleep(10 * time.Millisecond)
 		}
 		down <- time.Now()
@@ -203,17 +204,12 @@ func liveBenchRun(b *testing.B, live bool, treeMB int64, run int) (offline, tota
 	offline = end.Sub(<-down).Seconds()
 	if live {
 		m := regexp.MustCompile(`offline_ms=(\d+)`)
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			if s := m.FindStringSubmatch(srcLog.String()); s != nil {
-				ms, _ := strconv.Atoi(s[1])
-				offline = float64(ms) / 1000
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("no offline time logged\n%s", srcLog.String())
-			}
-			time.Sleep(20 * time.Millisecond)
+		var s []string
+		if !wait.Until(30*time.Second, func() bool { s = m.FindStringSubmatch(srcLog.String()); return s != nil }) {
+			b.Fatalf("no offline time logged\n%s", srcLog.String())
 		}
+		ms, _ := strconv.Atoi(s[1])
+		offline = float64(ms) / 1000
 	}
 	b.Logf("run %d live=%v: offline %.2f s, total %.1f s", run, live, offline, total)
 	if os.Getenv("WHARF_BENCH_VERBOSE") != "" {
@@ -256,15 +252,14 @@ func liveBenchNode(b *testing.B, name, remote string, mutate func(string, *confi
 	}
 	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	u := "http://127.0.0.1:" + strconv.Itoa(c.API.Port)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if res, err := http.Get(u + "/api/system"); err == nil {
+	if !wait.Until(30*time.Second, func() bool {
+		res, err := http.Get(u + "/api/system")
+		if err == nil {
 			res.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s did not start\n%s", name, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		b.Fatalf("%s did not start\n%s", name, log.String())
 	}
 	return cmd, u, c.System.Data, log
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/testimages"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // Stop by console command, by signal and by the engine's stop.
@@ -140,16 +141,16 @@ func TestServersConsole(t *testing.T) {
 	atNotice := n.waitLog(s.UUID, "outputting console data too quickly")
 	// Lines read in the same window as the flood's tail are dropped too:
 	// ask until one arrives in a fresh window.
-	for i := 0; ; i++ {
-		n.command(s.UUID, "echo still-alive")
-		if slices.ContainsFunc(n.logs(s.UUID), func(l string) bool { return l == "still-alive" }) {
-			break
+	var asked time.Time
+	wait.For(t, 2*time.Minute, func() bool {
+		// One echo every 200 ms at most: asking faster would itself keep
+		// the console's window full.
+		if time.Since(asked) >= 200*time.Millisecond {
+			n.command(s.UUID, "echo still-alive")
+			asked = time.Now()
 		}
-		if i == 100 {
-			t.Fatal("the console stayed throttled after the flood")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return slices.ContainsFunc(n.logs(s.UUID), func(l string) bool { return l == "still-alive" })
+	}, "a line after the flood (the console stayed throttled)")
 	// One notice per flood, not one per dropped window: no snapshot of the
 	// console holds two. (The notice itself may have scrolled out of the
 	// 100-line window by now on a loaded machine, where the loop above

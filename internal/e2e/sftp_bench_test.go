@@ -18,6 +18,7 @@ import (
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The SFTP benchmarks drive OpenSSH's sftp client (the same binary, the
@@ -111,18 +112,16 @@ SetEnv HOME=%s
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !wait.Until(10*time.Second, func() bool {
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			c.Close()
-			return port
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("sshd did not start: %s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		b.Fatalf("sshd did not start: %s", out.String())
 	}
+	return port
 }
 
 // run runs one sftp batch against ours (ref false) or the reference.

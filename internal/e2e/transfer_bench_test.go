@@ -28,6 +28,7 @@ import (
 	"github.com/wharf/wharf/internal/testutil/bench"
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
+	"github.com/wharf/wharf/internal/testutil/wait"
 	"github.com/wharf/wharf/internal/tokens"
 )
 
@@ -61,15 +62,14 @@ func benchNode(b *testing.B, name, remote string) (*exec.Cmd, *benchCfg, string)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	url := "http://127.0.0.1:" + strconv.Itoa(c.API.Port)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if res, err := http.Get(url + "/api/system"); err == nil {
+	if !wait.Until(30*time.Second, func() bool {
+		res, err := http.Get(url + "/api/system")
+		if err == nil {
 			res.Body.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s did not start\n%s", name, log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		b.Fatalf("%s did not start\n%s", name, log.String())
 	}
 	return cmd, &benchCfg{url: url, data: c.System.Data}, url
 }

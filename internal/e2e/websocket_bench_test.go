@@ -96,6 +96,7 @@ func BenchmarkWebsocketFanout(b *testing.B) {
 		for _, id := range ids {
 			n.request("POST", "/api/servers/"+id+"/commands", map[string]any{"commands": []string{"flood 20000"}}, "")
 		}
+		// Benchmark pacing: one flood per server every 100 ms is the load measured.
 		time.Sleep(100 * time.Millisecond)
 	}
 	el := time.Since(t0)
@@ -130,9 +131,11 @@ func BenchmarkWebsocketIdleMemory(b *testing.B) {
 	// Warm up the code paths once, then measure.
 	w := n.dialAuthed(b, defs[0].UUID, n.sign(b, wsClaims(defs[0].UUID, wsUser1, "*")))
 	_ = w.c.Close(websocket.StatusNormalClosure, "")
+	// Benchmark: let the warm-up's session end before the idle floor is measured.
 	time.Sleep(2 * time.Second)
 	const floorWindow, idleWindow = 10 * time.Second, 20 * time.Second
 	cpu0, t0 := procCPU(b, pid), time.Now()
+	// The measuring window of the idle floor.
 	time.Sleep(floorWindow)
 	floor := procCPU(b, pid) - cpu0
 	floorEl := time.Since(t0)
@@ -141,8 +144,10 @@ func BenchmarkWebsocketIdleMemory(b *testing.B) {
 		id := defs[i%17].UUID
 		n.dialAuthed(b, id, n.sign(b, wsClaims(id, wsUser1, "*")))
 	}
+	// Benchmark: let the sessions' authentication settle before the idle window.
 	time.Sleep(2 * time.Second)
 	cpu1, t1 := procCPU(b, pid), time.Now()
+	// The measuring window of idle sessions.
 	time.Sleep(idleWindow)
 	idle := procCPU(b, pid) - cpu1
 	idleEl := time.Since(t1)
@@ -187,6 +192,7 @@ func BenchmarkWebsocketConsoleDelivery(b *testing.B) {
 			}
 		})
 	}
+	// Benchmark: the clients connect and settle before the measured flood.
 	time.Sleep(time.Second)
 	const window = 20 * time.Second
 	pid := n.cmd.Process.Pid

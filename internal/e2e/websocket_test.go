@@ -387,6 +387,7 @@ func TestWebsocketConsole(t *testing.T) {
 	if m := console.expect("daemon error", 5*time.Second, nil); !strings.Contains(m.Args[0], "permission") {
 		t.Fatalf("daemon error %q", m.Args[0])
 	}
+	// The point: a refused start must not happen late either; the state is read a moment after the refusal.
 	time.Sleep(500 * time.Millisecond)
 	if st := n.details(wsServerA)["state"]; st != "offline" {
 		t.Fatalf("a console-only token changed the state to %v", st)
@@ -433,6 +434,8 @@ func TestWebsocketConsole(t *testing.T) {
 	if err := idle.c.Write(context.Background(), websocket.MessageText, b); err != nil {
 		t.Fatal(err)
 	}
+	// The idle client reads nothing, so no answer to its auth can be
+	// awaited: a moment for the daemon to take it before the flood.
 	time.Sleep(200 * time.Millisecond)
 	cmds := make([]string, 300)
 	for i := range cmds {

@@ -39,6 +39,7 @@ type wsClient struct {
 // issued in the daemon's boot second (or a deauthorization's) is refused.
 func waitNextSecond() {
 	now := time.Now()
+	// The point: the clock must cross into the next second.
 	time.Sleep(now.Truncate(time.Second).Add(time.Second).Sub(now) + 10*time.Millisecond)
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/deauth"
+	"github.com/wharf/wharf/internal/hostinfo"
+	"github.com/wharf/wharf/internal/metrics"
 	"github.com/wharf/wharf/internal/pull"
 	"github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
@@ -59,6 +61,9 @@ type Deps struct {
 	// RecentLogs returns the daemon's last n log lines for the diagnostics
 	// report, whatever started the daemon; nil reads the journal.
 	RecentLogs func(n int) []string
+	// Metrics counts the API's requests (the daemon's collectors); nil:
+	// not counted.
+	Metrics *metrics.Metrics
 	// Stopping ends when the daemon begins to shut down: long file work
 	// (compress, decompress, search, copy) ends then. nil: never.
 	Stopping context.Context
@@ -68,8 +73,8 @@ type Deps struct {
 type API struct {
 	Deps
 	deauth *deauth.Service
-	cpu    *cpuMeter
-	paths  *hostPaths // nil: the host's /proc (tests set their own)
+	cpu    *hostinfo.CPUMeter
+	paths  *hostinfo.Paths // nil: the host's /proc (tests set their own)
 }
 
 // New returns the API.
@@ -80,7 +85,7 @@ func New(d Deps) *API {
 	if d.OnConfigApplied == nil {
 		d.OnConfigApplied = func(_, _ *config.Config) {}
 	}
-	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}, cpu: &cpuMeter{path: procPaths.stat}}
+	return &API{Deps: d, deauth: &deauth.Service{Denylist: d.Denylist, Servers: d.Servers}, cpu: &hostinfo.CPUMeter{Path: hostinfo.Proc().Stat}}
 }
 
 // Handler returns the complete HTTP handler: middleware around the route table.

@@ -3,8 +3,6 @@ package httpapi
 import (
 	"net/http"
 	"time"
-
-	"github.com/wharf/wharf/internal/metrics"
 )
 
 // instrument records each request that reaches the route table in the
@@ -22,6 +20,6 @@ func (a *API) instrument(mux *http.ServeMux, next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		metrics.ObserveRequest(pattern, status, time.Since(start))
+		a.Metrics.ObserveRequest(pattern, status, time.Since(start))
 	})
 }

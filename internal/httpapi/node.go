@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/diagnostics"
+	"github.com/wharf/wharf/internal/hostinfo"
 	wruntime "github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -19,15 +20,30 @@ import (
 
 var errNoPrune = usererr.New(usererr.NotFound, "The container runtime of this node cannot prune images.")
 
-// Paths read for the host's figures; fields of API only so that the unit
-// tests can read their own files.
-type hostPaths struct {
-	meminfo, loadavg, stat, mounts, osRelease string
+// The host's figures come from internal/hostinfo. The JSON names and units
+// (bytes, percent of all CPUs) are Pelican Wings' (system/system.go,
+// Utilization).
+
+type diskInfo struct {
+	Device     string   `json:"device"`
+	Mountpoint string   `json:"mountpoint"`
+	TotalSpace uint64   `json:"total_space"`
+	UsedSpace  uint64   `json:"used_space"`
+	Tags       []string `json:"tags"`
 }
 
-var procPaths = hostPaths{
-	meminfo: "/proc/meminfo", loadavg: "/proc/loadavg", stat: "/proc/stat",
-	mounts: "/proc/self/mounts", osRelease: "/etc/os-release",
+type utilization struct {
+	MemoryTotal uint64     `json:"memory_total"`
+	MemoryUsed  uint64     `json:"memory_used"`
+	SwapTotal   uint64     `json:"swap_total"`
+	SwapUsed    uint64     `json:"swap_used"`
+	LoadAvg1    float64    `json:"load_average1"`
+	LoadAvg5    float64    `json:"load_average5"`
+	LoadAvg15   float64    `json:"load_average15"`
+	CPUPercent  float64    `json:"cpu_percent"`
+	DiskTotal   uint64     `json:"disk_total"`
+	DiskUsed    uint64     `json:"disk_used"`
+	DiskDetails []diskInfo `json:"disk_details"`
 }
 
 // systemInfoV2 is GET /api/system?v=2, Wings' system.Information (the same
@@ -75,9 +91,9 @@ type systemV2 struct {
 func (a *API) getSystemV2(w http.ResponseWriter, r *http.Request) error {
 	out := systemInfoV2{Version: a.Version, System: systemV2{
 		Architecture: runtime.GOARCH, CPUThreads: runtime.NumCPU(),
-		KernelVersion: kernelVersion(), OS: osPrettyName(a.hostPaths().osRelease), OSType: runtime.GOOS,
+		KernelVersion: hostinfo.KernelRelease(), OS: hostinfo.OSPrettyName(a.hostPaths().OSRelease), OSType: runtime.GOOS,
 	}}
-	if mem, _, _, _, err := meminfo(a.hostPaths().meminfo); err == nil {
+	if mem, _, _, _, err := hostinfo.Meminfo(a.hostPaths().Meminfo); err == nil {
 		out.System.MemoryBytes = int64(mem)
 	}
 	if e, ok := a.Runtime.(wruntime.EngineDescriber); ok {
@@ -105,11 +121,11 @@ func (a *API) getSystemV2(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) hostPaths() hostPaths {
+func (a *API) hostPaths() hostinfo.Paths {
 	if a.paths != nil {
 		return *a.paths
 	}
-	return procPaths
+	return hostinfo.Proc()
 }
 
 // getUtilization is GET /api/system/utilization (Pelican's node dashboard,
@@ -120,22 +136,22 @@ func (a *API) getUtilization(w http.ResponseWriter, r *http.Request) error {
 	p := a.hostPaths()
 	var u utilization
 	var err error
-	if u.MemoryTotal, u.MemoryUsed, u.SwapTotal, u.SwapUsed, err = meminfo(p.meminfo); err != nil {
+	if u.MemoryTotal, u.MemoryUsed, u.SwapTotal, u.SwapUsed, err = hostinfo.Meminfo(p.Meminfo); err != nil {
 		return err
 	}
-	if u.LoadAvg1, u.LoadAvg5, u.LoadAvg15, err = loadavg(p.loadavg); err != nil {
+	if u.LoadAvg1, u.LoadAvg5, u.LoadAvg15, err = hostinfo.Loadavg(p.Loadavg); err != nil {
 		return err
 	}
-	if u.CPUPercent, err = a.cpu.percent(r.Context()); err != nil {
+	if u.CPUPercent, err = a.cpu.Percent(r.Context()); err != nil {
 		return err
 	}
 	c := a.Config.Get()
-	u.DiskDetails = disks([]taggedDir{
-		{"Root", c.System.RootDirectory}, {"Logs", c.System.LogDirectory}, {"Data", c.System.Data},
-		{"Archive", c.System.ArchiveDirectory}, {"Backup", c.System.BackupDirectory}, {"Temp", c.System.TmpDirectory},
-	}, p.mounts)
-	if u.DiskDetails == nil {
-		u.DiskDetails = []diskInfo{}
+	u.DiskDetails = []diskInfo{}
+	for _, d := range hostinfo.Disks([]hostinfo.TaggedDir{
+		{Tag: "Root", Path: c.System.RootDirectory}, {Tag: "Logs", Path: c.System.LogDirectory}, {Tag: "Data", Path: c.System.Data},
+		{Tag: "Archive", Path: c.System.ArchiveDirectory}, {Tag: "Backup", Path: c.System.BackupDirectory}, {Tag: "Temp", Path: c.System.TmpDirectory},
+	}, p.Mounts) {
+		u.DiskDetails = append(u.DiskDetails, diskInfo(d))
 	}
 	for _, d := range u.DiskDetails {
 		if d.Tags[0] == "Root" {
@@ -153,7 +169,7 @@ type ipAddresses struct {
 // getIPs is GET /api/system/ips (Pelican's allocation wizard,
 // Node::ipAddresses()).
 func (a *API) getIPs(w http.ResponseWriter, r *http.Request) error {
-	ips, err := hostIPs()
+	ips, err := hostinfo.IPs()
 	if err != nil {
 		return err
 	}
@@ -195,7 +211,7 @@ func (a *API) getDiagnostics(w http.ResponseWriter, r *http.Request) error {
 	var b strings.Builder
 	if err := diagnostics.Write(ctx, &b, diagnostics.Options{
 		ConfigPath: a.ConfigPath, Version: a.Version, Commit: a.Commit, LogLines: lines,
-		HideEndpoints: hide, Logs: a.recentLogs(), TokenScopes: a.tokenScopes(),
+		HideEndpoints: hide, Logs: a.recentLogs(), TokenScopes: a.tokenScopes(), Runtime: a.Runtime,
 	}); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/hostinfo"
 	wruntime "github.com/wharf/wharf/internal/runtime"
 	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/tokens"
@@ -95,13 +96,13 @@ const statLine = "cpu  %d 0 %d %d 0 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
 // system.Utilization (bytes, percent), from the host's /proc files.
 func TestUtilizationShape(t *testing.T) {
 	n := newNodeAPI(t, nil)
-	n.api.paths = &hostPaths{
-		meminfo: n.write(t, "meminfo", "MemTotal:       16000000 kB\nMemFree:  1000 kB\nMemAvailable:   12000000 kB\nSwapTotal:  2000000 kB\nSwapFree:  1500000 kB\n"),
-		loadavg: n.write(t, "loadavg", "0.50 1.25 2.00 3/400 12345\n"),
-		mounts:  n.write(t, "mounts", "/dev/fake1 / ext4 rw 0 0\n"),
+	n.api.paths = &hostinfo.Paths{
+		Meminfo: n.write(t, "meminfo", "MemTotal:       16000000 kB\nMemFree:  1000 kB\nMemAvailable:   12000000 kB\nSwapTotal:  2000000 kB\nSwapFree:  1500000 kB\n"),
+		Loadavg: n.write(t, "loadavg", "0.50 1.25 2.00 3/400 12345\n"),
+		Mounts:  n.write(t, "mounts", "/dev/fake1 / ext4 rw 0 0\n"),
 	}
 	stat := n.write(t, "stat", fmt.Sprintf(statLine, 100, 100, 800))
-	n.api.cpu = &cpuMeter{path: stat}
+	n.api.cpu = &hostinfo.CPUMeter{Path: stat}
 	code, _, body := n.do("GET", "/api/system/utilization", "")
 	if code != 200 {
 		t.Fatalf("status %d: %s", code, body)

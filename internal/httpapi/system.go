@@ -3,9 +3,8 @@ package httpapi
 import (
 	"net/http"
 	"runtime"
-	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/wharf/wharf/internal/hostinfo"
 )
 
 // maxUpdateBody bounds POST /api/update; panels send a few KiB.
@@ -26,19 +25,11 @@ func (a *API) getSystem(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, systemInfo{
 		Architecture:  runtime.GOARCH,
 		CPUCount:      runtime.NumCPU(),
-		KernelVersion: kernelVersion(),
+		KernelVersion: hostinfo.KernelRelease(),
 		OS:            runtime.GOOS,
 		Version:       a.Version,
 	})
 	return nil
-}
-
-func kernelVersion() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return strings.TrimRight(string(u.Release[:]), "\x00")
 }
 
 type updateResponse struct {

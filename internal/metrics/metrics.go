@@ -3,11 +3,12 @@
 // (API requests by route pattern, websocket and SFTP sessions, backups,
 // restores and transfers by result, activity queue, panel call errors).
 //
-// The node-wide collectors are package variables so that any package can
-// record into them without plumbing; NewRegistry gathers them with the
-// per-server collector. Every label has a bounded set of values: route
-// patterns of the API's route table (never raw paths), status codes, job
-// kinds and results, server UUIDs of this node.
+// The node-wide collectors belong to a Metrics the daemon makes (New) and
+// hands to the packages that record into them, as it hands them the
+// configuration: two daemons in one process count apart. NewRegistry
+// gathers them with the per-server collector. Every label has a bounded
+// set of values: route patterns of the API's route table (never raw
+// paths), status codes, job kinds and results, server UUIDs of this node.
 package metrics
 
 import (
@@ -22,37 +23,48 @@ import (
 
 const namespace = "wharf"
 
-// Node-wide collectors.
-var (
-	// APIRequests counts API requests by route pattern and status code.
-	APIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "api_requests_total",
-		Help: "API requests by route pattern (the route table's, never the raw path) and status code.",
-	}, []string{"route", "status"})
-	// APIDuration is the latency of API requests by route pattern.
-	APIDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "api_request_duration_seconds",
-		Help:    "Latency of API requests by route pattern (websockets: the session's length).",
-		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
-	}, []string{"route"})
-	jobs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "jobs_total",
-		Help: "Backups, restores and transfers by kind and result.",
-	}, []string{"kind", "result"})
-	jobBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "job_bytes_total",
-		Help: "Bytes moved by backups (archive size), restores (file bytes written) and transfers, by kind and result.",
-	}, []string{"kind", "result"})
-	jobDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "job_duration_seconds",
-		Help:    "Duration of backups, restores and transfers by kind and result.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 15), // 1 s .. about 4.5 h
-	}, []string{"kind", "result"})
-	panelErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "panel_call_errors_total",
-		Help: "Calls to the panel that failed after their retries, by reason (transport, status class).",
-	}, []string{"reason"})
-)
+// Metrics are the node-wide collectors of one daemon. A nil *Metrics
+// records nothing (the unit tests of the packages that record).
+type Metrics struct {
+	apiRequests *prometheus.CounterVec   // API requests by route pattern and status code
+	apiDuration *prometheus.HistogramVec // latency of API requests by route pattern
+	jobs        *prometheus.CounterVec
+	jobBytes    *prometheus.CounterVec
+	jobDuration *prometheus.HistogramVec
+	panelErrors *prometheus.CounterVec
+}
+
+// New returns a daemon's node-wide collectors, all at zero.
+func New() *Metrics {
+	return &Metrics{
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "api_requests_total",
+			Help: "API requests by route pattern (the route table's, never the raw path) and status code.",
+		}, []string{"route", "status"}),
+		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "api_request_duration_seconds",
+			Help:    "Latency of API requests by route pattern (websockets: the session's length).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"route"}),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "jobs_total",
+			Help: "Backups, restores and transfers by kind and result.",
+		}, []string{"kind", "result"}),
+		jobBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "job_bytes_total",
+			Help: "Bytes moved by backups (archive size), restores (file bytes written) and transfers, by kind and result.",
+		}, []string{"kind", "result"}),
+		jobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "job_duration_seconds",
+			Help:    "Duration of backups, restores and transfers by kind and result.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 15), // 1 s .. about 4.5 h
+		}, []string{"kind", "result"}),
+		panelErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "panel_call_errors_total",
+			Help: "Calls to the panel that failed after their retries, by reason (transport, status class).",
+		}, []string{"reason"}),
+	}
+}
 
 // Job kinds.
 const (
@@ -65,7 +77,10 @@ const (
 // ObserveJob records one finished backup, restore or transfer: its result
 // (success, failure, or cancelled when err is a context cancellation), the
 // bytes it moved and how long it took.
-func ObserveJob(kind string, err error, bytes int64, took time.Duration) {
+func (m *Metrics) ObserveJob(kind string, err error, bytes int64, took time.Duration) {
+	if m == nil {
+		return
+	}
 	result := "success"
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -73,21 +88,24 @@ func ObserveJob(kind string, err error, bytes int64, took time.Duration) {
 	case err != nil:
 		result = "failure"
 	}
-	jobs.WithLabelValues(kind, result).Inc()
+	m.jobs.WithLabelValues(kind, result).Inc()
 	if bytes > 0 {
-		jobBytes.WithLabelValues(kind, result).Add(float64(bytes))
+		m.jobBytes.WithLabelValues(kind, result).Add(float64(bytes))
 	}
-	jobDuration.WithLabelValues(kind, result).Observe(took.Seconds())
+	m.jobDuration.WithLabelValues(kind, result).Observe(took.Seconds())
 }
 
 // PanelError records a failed call to the panel: status is the HTTP status
 // of the last answer, 0 when none came (transport error, timeout).
-func PanelError(status int) {
+func (m *Metrics) PanelError(status int) {
+	if m == nil {
+		return
+	}
 	reason := "transport"
 	if status > 0 {
 		reason = strconv.Itoa(status/100) + "xx"
 	}
-	panelErrors.WithLabelValues(reason).Inc()
+	m.panelErrors.WithLabelValues(reason).Inc()
 }
 
 // Route is the label value of a request's route: its ServeMux pattern, or
@@ -100,10 +118,13 @@ func Route(pattern string) string {
 }
 
 // ObserveRequest records one API request.
-func ObserveRequest(pattern string, status int, took time.Duration) {
+func (m *Metrics) ObserveRequest(pattern string, status int, took time.Duration) {
+	if m == nil {
+		return
+	}
 	route := Route(pattern)
-	APIRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-	APIDuration.WithLabelValues(route).Observe(took.Seconds())
+	m.apiRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	m.apiDuration.WithLabelValues(route).Observe(took.Seconds())
 }
 
 // ServerSample is one server's usage at scrape time.
@@ -133,14 +154,14 @@ type Sources struct {
 }
 
 // NewRegistry returns a registry with the Go runtime and process
-// collectors, the node-wide collectors and the per-server collector.
-func NewRegistry(src Sources) *prometheus.Registry {
+// collectors, the node-wide collectors of m and the per-server collector.
+func NewRegistry(m *Metrics, src Sources) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		APIRequests, APIDuration,
-		jobs, jobBytes, jobDuration, panelErrors,
+		m.apiRequests, m.apiDuration,
+		m.jobs, m.jobBytes, m.jobDuration, m.panelErrors,
 		liveGauge("websocket_sessions", "Open server websockets.", src.WebsocketSessions),
 		liveGauge("sftp_sessions", "Open SFTP sessions.", src.SFTPSessions),
 	)

@@ -33,7 +33,8 @@ func TestHandlerNeedsTheToken(t *testing.T) {
 	var wsOpen, sftpOpen atomic.Int64
 	wsOpen.Store(3)
 	sftpOpen.Store(2)
-	reg := NewRegistry(Sources{
+	m := New()
+	reg := NewRegistry(m, Sources{
 		Servers: func() []ServerSample {
 			return []ServerSample{{UUID: "s1", State: "running", CPUPercent: 12.5, MemoryBytes: 100, MemoryLimitBytes: 200, RxBytes: 3, TxBytes: 4, DiskBytes: 5, Uptime: 90 * time.Second}}
 		},
@@ -50,10 +51,10 @@ func TestHandlerNeedsTheToken(t *testing.T) {
 			t.Fatalf("token %q: %d %s", bad, code, body)
 		}
 	}
-	ObserveJob(Backup, nil, 1000, 2*time.Second)
-	ObserveJob(Restore, errors.New("boom"), 0, time.Second)
-	PanelError(503)
-	PanelError(0)
+	m.ObserveJob(Backup, nil, 1000, 2*time.Second)
+	m.ObserveJob(Restore, errors.New("boom"), 0, time.Second)
+	m.PanelError(503)
+	m.PanelError(0)
 	code, body := scrape(t, srv.URL, tok)
 	if code != http.StatusOK {
 		t.Fatalf("%d %s", code, body)
@@ -95,5 +96,30 @@ func TestHandlerNeedsTheToken(t *testing.T) {
 func TestRouteLabel(t *testing.T) {
 	if Route("") != "unmatched" || Route("GET /api/servers/{server}") != "GET /api/servers/{server}" {
 		t.Fatal("route labels")
+	}
+}
+
+// TestTwoDaemonsCountApart: the node-wide collectors belong to their
+// Metrics (rule 1), so two daemons in one process do not share counts; a
+// nil Metrics records nothing.
+func TestTwoDaemonsCountApart(t *testing.T) {
+	a, b := New(), New()
+	srvA := httptest.NewServer(Handler(NewRegistry(a, Sources{}), func() string { return "t" }, slog.New(slog.DiscardHandler)))
+	defer srvA.Close()
+	srvB := httptest.NewServer(Handler(NewRegistry(b, Sources{}), func() string { return "t" }, slog.New(slog.DiscardHandler)))
+	defer srvB.Close()
+	a.ObserveRequest("GET /api/system", 200, time.Millisecond)
+	a.PanelError(502)
+	var none *Metrics
+	none.ObserveRequest("GET /api/system", 200, time.Millisecond)
+	none.ObserveJob(Backup, nil, 1, time.Second)
+	none.PanelError(0)
+	_, bodyA := scrape(t, srvA.URL, "t")
+	_, bodyB := scrape(t, srvB.URL, "t")
+	if !strings.Contains(bodyA, `wharf_api_requests_total{route="GET /api/system",status="200"} 1`) || !strings.Contains(bodyA, `wharf_panel_call_errors_total{reason="5xx"} 1`) {
+		t.Errorf("daemon A's counts are missing:\n%s", bodyA)
+	}
+	if strings.Contains(bodyB, "wharf_api_requests_total{") || strings.Contains(bodyB, "wharf_panel_call_errors_total{") {
+		t.Errorf("daemon B shows daemon A's counts:\n%s", bodyB)
 	}
 }

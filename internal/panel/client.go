@@ -39,6 +39,7 @@ type Client struct {
 	settings  func() Settings
 	http      *http.Client
 	userAgent string
+	metrics   *metrics.Metrics // nil: failed calls are not counted
 }
 
 // New returns a client. version goes into the User-Agent.
@@ -48,6 +49,13 @@ func New(settings func() Settings, version string) *Client {
 		http:      &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		userAgent: "Wharf/" + version,
 	}
+}
+
+// WithMetrics counts the client's failed calls in m (the daemon's
+// collectors); call it before the client is shared.
+func (c *Client) WithMetrics(m *metrics.Metrics) *Client {
+	c.metrics = m
+	return c
 }
 
 // RequestError is a non-2xx answer from the backend.
@@ -135,7 +143,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if errors.As(err, &re) {
 			status = re.Status
 		}
-		metrics.PanelError(status)
+		c.metrics.PanelError(status)
 	}
 	return err
 }

@@ -63,3 +63,9 @@ type EngineFacts struct {
 type EngineFactser interface {
 	Facts() EngineFacts
 }
+
+// NetworkInspector reports a network as the engine has it (the
+// diagnostics report reads the node's bridge from it).
+type NetworkInspector interface {
+	InspectNetwork(ctx context.Context, name string) (NetworkInfo, error)
+}

@@ -74,6 +74,8 @@ type state struct {
 
 	refreshMu sync.Mutex
 	rootPath  atomic.Pointer[string] // host path of rootDir, as /proc shows it
+
+	ahead aheadTuning // how walks list ahead (walkahead.go); set by New
 }
 
 // FS is the confined filesystem of one server. It is safe for concurrent
@@ -99,7 +101,7 @@ func New(root string, opts Options) (*FS, error) {
 		_ = r.Close()
 		return nil, wrap("open root", ".", err)
 	}
-	s := &state{root: r, rootDir: d, hostPath: root, uid: opts.UID, gid: opts.GID}
+	s := &state{root: r, rootDir: d, hostPath: root, uid: opts.UID, gid: opts.GID, ahead: defaultAheadTuning()}
 	s.deny.Store(compileDenylist(opts.Denylist))
 	s.limit.Store(opts.DiskLimit)
 	return &FS{s: s}, nil

@@ -45,7 +45,7 @@ func (f *FS) WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) err
 
 func (s *state) walk(ctx context.Context, rel string, fn fs.WalkDirFunc) error {
 	w := &walker{s: s, ctx: ctx, fn: fn, buf: make([]byte, direntBuf)}
-	w.ahead.on = true
+	w.ahead.on, w.ahead.tune = true, s.ahead
 	defer w.ahead.stop()
 	return skipAllIsNil(w.start(rel))
 }

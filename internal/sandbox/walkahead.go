@@ -30,7 +30,7 @@ import (
 //
 // Bounds: at most aheadPerDir subdirectories of one directory and
 // aheadJobs in all (plus the subdirectories listed with them, at most
-// aheadPerDir and aheadKidEntries entries a job) are listed ahead and not
+// aheadPerDir and tune.kidEntries entries a job) are listed ahead and not
 // yet entered (their entries only: a directory listed ahead is closed
 // once listed), so listing ahead holds at most three descriptors beyond
 // the walk's own (the lister's two, a job's and one of its
@@ -38,7 +38,7 @@ import (
 // wait, see take). Only
 // subdirectories of directories whose descriptor the walk holds anyway
 // (depth below heldLevels) are listed ahead, through that descriptor. A walk of fewer than
-// aheadAfter entries starts no goroutine; the lister is joined before the
+// tune.after entries starts no goroutine; the lister is joined before the
 // walk returns.
 
 // aheadJobs is how many subdirectories a walk lists ahead at most, and
@@ -50,21 +50,30 @@ const (
 	aheadPerDir = 4
 )
 
-var (
-	// aheadAfter is how many entries a walk lists before it starts the
+// aheadTuning is how a sandbox's walks list ahead: a field of its state
+// (tests set their own), not package variables (ARCHITECTURE.md rule 1).
+type aheadTuning struct {
+	// after is how many entries a walk lists before it starts the
 	// lister (a small tree is walked without a goroutine).
-	aheadAfter = 2048
-	// aheadSettled is how long a directory must have been unchanged for
+	after int
+	// settled is how long a directory must have been unchanged for
 	// its listing ahead to be used: a ctime moves only once per clock tick
 	// of the file system, so a directory changed in the tick of its
 	// listing could change again unseen.
-	aheadSettled = 100 * time.Millisecond
-	// aheadUsed, when set (by tests), is called at the end of a walk with
-	// how many listings ahead it used; aheadListed by the lister after
+	settled time.Duration
+	// kidEntries bounds the entries of the subdirectories listed with
+	// one job (memory: a directory of a million files is left to the walk).
+	kidEntries int
+	// used, when set (by tests), is called at the end of a walk with
+	// how many listings ahead it used; listed by the lister after
 	// each directory it listed.
-	aheadUsed   func(n int)
-	aheadListed func()
-)
+	used   func(n int)
+	listed func()
+}
+
+func defaultAheadTuning() aheadTuning {
+	return aheadTuning{after: 2048, settled: 100 * time.Millisecond, kidEntries: 8192}
+}
 
 // Job states: queued for the lister, being listed, taken by the walk.
 const (
@@ -87,6 +96,7 @@ type aheadJob struct {
 	// too (it is above heldLevels): the lister lists the first ones with
 	// it (kids).
 	kidsOK bool
+	tune   *aheadTuning // the walk's
 
 	// Set by the lister before done is closed.
 	ok      bool
@@ -105,6 +115,7 @@ type lister struct {
 	used    int
 	on      bool // set by Walk (a walk WalkParallel runs has no lister)
 	off     bool
+	tune    aheadTuning // set by Walk with on
 }
 
 // canSubmit reports whether the walk may hand one more directory to the
@@ -114,7 +125,7 @@ func (ls *lister) canSubmit() bool {
 		return false
 	}
 	if ls.jobs == nil {
-		if ls.listed < aheadAfter {
+		if ls.listed < ls.tune.after {
 			return false
 		}
 		if runtime.GOMAXPROCS(0) < 2 {
@@ -130,7 +141,7 @@ func (ls *lister) canSubmit() bool {
 }
 
 func (ls *lister) submit(q *aheadQueue, e *statEntry) *aheadJob {
-	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{}), kidsOK: q.depth+1 < heldLevels}
+	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{}), kidsOK: q.depth+1 < heldLevels, tune: &ls.tune}
 	ls.pending++
 	ls.jobs <- j
 	return j
@@ -185,8 +196,8 @@ func (ls *lister) stop() {
 		close(ls.jobs)
 		ls.wg.Wait()
 	}
-	if aheadUsed != nil {
-		aheadUsed(ls.used)
+	if ls.tune.used != nil {
+		ls.tune.used(ls.used)
 	}
 }
 
@@ -196,15 +207,15 @@ func (ls *lister) run() {
 		if j.state.CompareAndSwap(jobQueued, jobListing) {
 			j.list(buf)
 			close(j.done)
-			if aheadListed != nil {
-				aheadListed()
+			if ls.tune.listed != nil {
+				ls.tune.listed()
 			}
 		}
 	}
 }
 
 // list lists j's directory, if it is the one the walk listed and it has
-// been unchanged for aheadSettled. Failures leave j not ok: the walk then
+// been unchanged for tune.settled. Failures leave j not ok: the walk then
 // lists the directory itself and reports what fails as without the lister.
 func (j *aheadJob) list(buf []byte) {
 	now := time.Now()
@@ -217,7 +228,7 @@ func (j *aheadJob) list(buf []byte) {
 	if err := unix.Fstat(fd, &st); err != nil || (inode{uint64(st.Dev), st.Ino}) != j.id {
 		return
 	}
-	if now.Sub(time.Unix(st.Ctim.Unix())) < aheadSettled {
+	if now.Sub(time.Unix(st.Ctim.Unix())) < j.tune.settled {
 		return
 	}
 	entries, _, err := listLevel(&level{fd: fd}, buf)
@@ -226,13 +237,9 @@ func (j *aheadJob) list(buf []byte) {
 	}
 	j.ok, j.ctime, j.entries = true, st.Ctim, entries
 	if j.kidsOK {
-		j.kids = listKids(fd, entries, buf)
+		j.kids = listKids(fd, entries, buf, j.tune)
 	}
 }
-
-// aheadKidEntries bounds the entries of the subdirectories listed with
-// one job (memory: a directory of a million files is left to the walk).
-var aheadKidEntries = 8192
 
 // listKids lists the first subdirectories among entries, those of the
 // directory open as fd, while the walk is still elsewhere: without them
@@ -241,9 +248,9 @@ var aheadKidEntries = 8192
 // listed as any other (same identity and settling checks); the walk
 // takes them with their parent's entries (take) into its queue for the
 // parent (aheadQueue.adopt).
-func listKids(fd int, entries []*statEntry, buf []byte) []*aheadJob {
+func listKids(fd int, entries []*statEntry, buf []byte, tune *aheadTuning) []*aheadJob {
 	var kids []*aheadJob
-	budget := aheadKidEntries
+	budget := tune.kidEntries
 	for _, e := range entries {
 		if len(kids) == aheadPerDir || budget <= 0 {
 			break
@@ -251,13 +258,13 @@ func listKids(fd int, entries []*statEntry, buf []byte) []*aheadJob {
 		if !e.IsDir() {
 			continue
 		}
-		k := &aheadJob{dirfd: fd, name: e.name, id: e.id(), done: make(chan struct{})}
+		k := &aheadJob{dirfd: fd, name: e.name, id: e.id(), done: make(chan struct{}), tune: tune}
 		k.state.Store(jobListing)
 		k.list(buf)
 		k.dirfd = -1
 		close(k.done)
-		if aheadListed != nil {
-			aheadListed()
+		if tune.listed != nil {
+			tune.listed()
 		}
 		if budget -= len(k.entries); !k.ok || budget < 0 {
 			break

@@ -15,7 +15,7 @@ import (
 
 // aheadTree makes inside/dNN (n directories of files, each with a
 // subdirectory) and returns the fixture, its tree settled (every
-// directory unchanged for longer than aheadSettled, which the test makes
+// directory unchanged for longer than tune.settled, which the test makes
 // short).
 func aheadTree(t *testing.T, n int) *fixture {
 	t.Helper()
@@ -31,11 +31,9 @@ func aheadTree(t *testing.T, n int) *fixture {
 			}
 		}
 	}
-	oldAfter, oldSettled := aheadAfter, aheadSettled
-	aheadAfter, aheadSettled = 0, 30*time.Millisecond
-	t.Cleanup(func() { aheadAfter, aheadSettled, aheadUsed, aheadListed = oldAfter, oldSettled, nil, nil })
+	fx.fs.s.ahead.after, fx.fs.s.ahead.settled = 0, 30*time.Millisecond
 	made := time.Now()
-	wait.For(t, 5*time.Second, func() bool { return time.Since(made) > 2*aheadSettled }, "the tree to settle")
+	wait.For(t, 5*time.Second, func() bool { return time.Since(made) > 2*fx.fs.s.ahead.settled }, "the tree to settle")
 	return fx
 }
 
@@ -75,9 +73,9 @@ func walkRecord(t *testing.T, fx *fixture, fn func(p string, d fs.DirEntry)) []s
 func TestWalkListingAheadReportsTheSameEntries(t *testing.T) {
 	fx := aheadTree(t, 30)
 	var listed atomic.Int32
-	aheadListed = func() { listed.Add(1) }
+	fx.fs.s.ahead.listed = func() { listed.Add(1) }
 	used := 0
-	aheadUsed = func(n int) { used = n }
+	fx.fs.s.ahead.used = func(n int) { used = n }
 	got := walkRecord(t, fx, func(p string, d fs.DirEntry) {
 		if p == "inside/d00/f00" {
 			wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
@@ -86,7 +84,7 @@ func TestWalkListingAheadReportsTheSameEntries(t *testing.T) {
 	if used < aheadPerDir {
 		t.Fatalf("the walk used %d listings ahead, want at least %d", used, aheadPerDir)
 	}
-	aheadAfter = 1 << 30 // no lister
+	fx.fs.s.ahead.after = 1 << 30 // no lister
 	want := walkRecord(t, fx, nil)
 	if used != 0 {
 		t.Fatalf("a walk without the lister used %d listings ahead", used)
@@ -104,7 +102,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 	fx := aheadTree(t, 12)
 	in := filepath.Join(fx.root, "inside")
 	var listed atomic.Int32
-	aheadListed = func() { listed.Add(1) }
+	fx.fs.s.ahead.listed = func() { listed.Add(1) }
 	base := openFDs(t)
 	seen := map[string]bool{}
 	walkRecord(t, fx, func(p string, d fs.DirEntry) {
@@ -148,7 +146,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 	fx := aheadTree(t, 20)
 	var listed atomic.Int32
-	aheadListed = func() { listed.Add(1) }
+	fx.fs.s.ahead.listed = func() { listed.Add(1) }
 	base := openFDs(t)
 	for _, stop := range []error{fs.SkipDir, fs.SkipAll, fs.ErrInvalid} {
 		listed.Store(0)
@@ -187,7 +185,7 @@ func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 
 // The lister lists the first subdirectories of a directory with it, as
 // jobs listed already: at most aheadPerDir, none after one it could not
-// use (changed too recently), and none past aheadKidEntries entries.
+// use (changed too recently), and none past tune.kidEntries entries.
 func TestListKids(t *testing.T) {
 	fx := newFixture(t, Options{UID: -1, GID: -1})
 	p := filepath.Join(fx.root, "p")
@@ -202,10 +200,10 @@ func TestListKids(t *testing.T) {
 	for k := range 10 {
 		os.WriteFile(filepath.Join(p, "r", "big", fmt.Sprintf("g%d", k)), nil, 0o644)
 	}
-	oldSettled, oldBudget := aheadSettled, aheadKidEntries
-	aheadSettled, aheadKidEntries = 30*time.Millisecond, 8
-	t.Cleanup(func() { aheadSettled, aheadKidEntries = oldSettled, oldBudget })
-	time.Sleep(2 * aheadSettled)
+	tune := aheadTuning{settled: 30 * time.Millisecond, kidEntries: 8}
+	// The point of the wait: the directories must be older than settled
+	// (their ctime moves only once a clock tick).
+	time.Sleep(2 * tune.settled)
 	os.WriteFile(filepath.Join(p, "q", "y", "recent"), nil, 0o644)
 	kidsOf := func(dir string) []string {
 		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
@@ -219,7 +217,7 @@ func TestListKids(t *testing.T) {
 			t.Fatal(err)
 		}
 		var names []string
-		for _, k := range listKids(fd, entries, buf) {
+		for _, k := range listKids(fd, entries, buf, &tune) {
 			select {
 			case <-k.done:
 			default:

@@ -54,6 +54,8 @@ type Options struct {
 	// sent (DefaultStopWait when zero).
 	StopWait time.Duration
 	Now      func() time.Time
+	// Metrics counts the transfers (the daemon's collectors); nil: not counted.
+	Metrics *metrics.Metrics
 }
 
 // Service runs the node's outgoing and incoming transfers.
@@ -173,7 +175,7 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 	// shares the backup repository (bymanifest.go).
 	if len(extra.backups) > 0 || !svc.opts.Config.Get().System.Transfers.Live {
 		if handled, err := svc.byManifest(t, s, url, token, extra, tl, log, end); handled {
-			metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start))
+			svc.opts.Metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start))
 			return err == nil
 		}
 	}
@@ -188,13 +190,15 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 			if !ok {
 				result = errLiveTransferFailed
 			}
-			metrics.ObserveJob(metrics.TransferOut, result, s.Utilization().DiskBytes, time.Since(start))
+			svc.opts.Metrics.ObserveJob(metrics.TransferOut, result, s.Utilization().DiskBytes, time.Since(start))
 			return ok
 		}
 		log.Info("the target does not speak live transfers: classic transfer")
 	}
 	err := s.StopForJob(t.ctx, svc.opts.StopWait)
-	defer func() { metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start)) }()
+	defer func() {
+		svc.opts.Metrics.ObserveJob(metrics.TransferOut, err, s.Utilization().DiskBytes, time.Since(start))
+	}()
 	if err == nil {
 		// The stopped container is not needed any more (a start re-creates
 		// it), and on a Docker engine shared with the target it would hold
@@ -378,7 +382,7 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 		if s != nil {
 			received = s.Files().Usage() // what was written through its sandbox
 		}
-		metrics.ObserveJob(metrics.TransferIn, err, received, time.Since(start))
+		svc.opts.Metrics.ObserveJob(metrics.TransferIn, err, received, time.Since(start))
 	}()
 	switch {
 	case err == nil:

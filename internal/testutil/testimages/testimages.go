@@ -56,11 +56,13 @@ func Podman() bool { return os.Getenv(EngineEnv) == "podman" }
 // takes Docker's bridge (Wharf's default service0) or its subnets.
 type PodmanNetwork struct{ Name, Bridge, V4, Gate4, V6, Gate6 string }
 
-// TestPodmanNetwork is that network.
-var TestPodmanNetwork = PodmanNetwork{
-	Name: "wharf_podman_nw", Bridge: "wharfpod0",
-	V4: "10.231.0.0/16", Gate4: "10.231.0.1",
-	V6: "fd57:6861:7266::/64", Gate6: "fd57:6861:7266::1",
+// TestPodmanNetwork returns that network.
+func TestPodmanNetwork() PodmanNetwork {
+	return PodmanNetwork{
+		Name: "wharf_podman_nw", Bridge: "wharfpod0",
+		V4: "10.231.0.0/16", Gate4: "10.231.0.1",
+		V6: "fd57:6861:7266::/64", Gate6: "fd57:6861:7266::1",
+	}
 }
 
 // Client returns a Docker client (environment settings, API version

@@ -1,4 +1,8 @@
-package httpapi
+// Package hostinfo reads the host's facts (memory, load, CPU time, the
+// filesystems of directories, addresses, the kernel and the distribution)
+// from /proc, statfs and uname: the one place the faces (GET /api/system*)
+// and the diagnostics report take them from.
+package hostinfo
 
 import (
 	"bufio"
@@ -15,35 +19,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Host measurements for GET /api/system/utilization and /api/system/ips,
-// read from /proc and statfs. The JSON names and units (bytes, percent of
-// all CPUs) are Pelican Wings' (system/system.go, Utilization).
-
-type diskInfo struct {
-	Device     string   `json:"device"`
-	Mountpoint string   `json:"mountpoint"`
-	TotalSpace uint64   `json:"total_space"`
-	UsedSpace  uint64   `json:"used_space"`
-	Tags       []string `json:"tags"`
+// Paths are the files the facts are read from: Proc() on the host, a
+// test's own files in unit tests.
+type Paths struct {
+	Meminfo, Loadavg, Stat, Mounts, OSRelease string
 }
 
-type utilization struct {
-	MemoryTotal uint64     `json:"memory_total"`
-	MemoryUsed  uint64     `json:"memory_used"`
-	SwapTotal   uint64     `json:"swap_total"`
-	SwapUsed    uint64     `json:"swap_used"`
-	LoadAvg1    float64    `json:"load_average1"`
-	LoadAvg5    float64    `json:"load_average5"`
-	LoadAvg15   float64    `json:"load_average15"`
-	CPUPercent  float64    `json:"cpu_percent"`
-	DiskTotal   uint64     `json:"disk_total"`
-	DiskUsed    uint64     `json:"disk_used"`
-	DiskDetails []diskInfo `json:"disk_details"`
+// Proc is the host's own files.
+func Proc() Paths {
+	return Paths{
+		Meminfo: "/proc/meminfo", Loadavg: "/proc/loadavg", Stat: "/proc/stat",
+		Mounts: "/proc/self/mounts", OSRelease: "/etc/os-release",
+	}
 }
 
-// meminfo reads /proc/meminfo in bytes: memory used is what is not
+// Disk is one filesystem holding some of the directories asked about, with
+// their tags; sizes in bytes.
+type Disk struct {
+	Device     string
+	Mountpoint string
+	TotalSpace uint64
+	UsedSpace  uint64
+	Tags       []string
+}
+
+// Meminfo reads /proc/meminfo in bytes: memory used is what is not
 // available (MemTotal - MemAvailable), swap used is SwapTotal - SwapFree.
-func meminfo(path string) (memTotal, memUsed, swapTotal, swapUsed uint64, err error) {
+func Meminfo(path string) (memTotal, memUsed, swapTotal, swapUsed uint64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, 0, 0, 0, err
@@ -79,8 +81,8 @@ func meminfo(path string) (memTotal, memUsed, swapTotal, swapUsed uint64, err er
 	return kb["MemTotal"], used, kb["SwapTotal"], swapUsed, nil
 }
 
-// loadavg reads the three load averages of /proc/loadavg.
-func loadavg(path string) (l1, l5, l15 float64, err error) {
+// Loadavg reads the three load averages of /proc/loadavg.
+func Loadavg(path string) (l1, l5, l15 float64, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, 0, err
@@ -134,11 +136,12 @@ func readCPUTimes(path string) (cpuTimes, error) {
 	return cpuTimes{}, fmt.Errorf("%s: no cpu line", path)
 }
 
-// cpuMeter turns successive /proc/stat samples into a busy percentage of
+// CPUMeter turns successive /proc/stat samples into a busy percentage of
 // all CPUs since the previous call (Pelican Wings: cpu.Percent(0, false)).
 // The first call measures over a short window.
-type cpuMeter struct {
-	path string
+type CPUMeter struct {
+	// Path is the /proc/stat file read.
+	Path string
 
 	mu   sync.Mutex
 	last cpuTimes
@@ -149,11 +152,12 @@ type cpuMeter struct {
 // the panel's one-second timeout (Node::statistics).
 const firstWindow = 200 * time.Millisecond
 
-func (m *cpuMeter) percent(ctx context.Context) (float64, error) {
+// Percent is the busy share of all CPUs, in percent, since the previous call.
+func (m *CPUMeter) Percent(ctx context.Context) (float64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.at.IsZero() {
-		t, err := readCPUTimes(m.path)
+		t, err := readCPUTimes(m.Path)
 		if err != nil {
 			return 0, err
 		}
@@ -164,7 +168,7 @@ func (m *cpuMeter) percent(ctx context.Context) (float64, error) {
 		case <-time.After(firstWindow):
 		}
 	}
-	t, err := readCPUTimes(m.path)
+	t, err := readCPUTimes(m.Path)
 	if err != nil {
 		return 0, err
 	}
@@ -177,38 +181,39 @@ func (m *cpuMeter) percent(ctx context.Context) (float64, error) {
 	return min(p, 100), nil
 }
 
-// disks reports the filesystems holding the named directories, each once,
+// Disks reports the filesystems holding the named directories, each once,
 // with the names of the directories on it as tags (Pelican's "Root",
 // "Logs", ...).
-func disks(dirs []taggedDir, mountsPath string) []diskInfo {
+func Disks(dirs []TaggedDir, mountsPath string) []Disk {
 	mounts := readMounts(mountsPath)
-	var out []diskInfo
+	var out []Disk
 	byFS := map[[2]int32]int{}
 	for _, d := range dirs {
-		if d.path == "" {
+		if d.Path == "" {
 			continue
 		}
 		var st unix.Statfs_t
-		if unix.Statfs(d.path, &st) != nil {
+		if unix.Statfs(d.Path, &st) != nil {
 			continue
 		}
 		if i, ok := byFS[st.Fsid.Val]; ok {
-			out[i].Tags = append(out[i].Tags, d.tag)
+			out[i].Tags = append(out[i].Tags, d.Tag)
 			continue
 		}
-		dev, mp := mounts.of(d.path)
+		dev, mp := mounts.of(d.Path)
 		bs := uint64(st.Bsize)
 		byFS[st.Fsid.Val] = len(out)
-		out = append(out, diskInfo{
+		out = append(out, Disk{
 			Device: dev, Mountpoint: mp,
 			TotalSpace: st.Blocks * bs, UsedSpace: (st.Blocks - st.Bfree) * bs,
-			Tags: []string{d.tag},
+			Tags: []string{d.Tag},
 		})
 	}
 	return out
 }
 
-type taggedDir struct{ tag, path string }
+// TaggedDir is a directory and the name shown for it.
+type TaggedDir struct{ Tag, Path string }
 
 type mountTable []struct{ device, point string }
 
@@ -268,10 +273,10 @@ func (t mountTable) of(path string) (device, point string) {
 	return t[best].device, t[best].point
 }
 
-// hostIPs lists the addresses of the host's interfaces that other hosts
+// IPs lists the addresses of the host's interfaces that other hosts
 // can reach: loopback and link-local addresses are left out (as Pelican
 // Wings' system.GetSystemIps).
-func hostIPs() ([]string, error) {
+func IPs() ([]string, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, err
@@ -287,8 +292,8 @@ func hostIPs() ([]string, error) {
 	return out, nil
 }
 
-// osPrettyName is the PRETTY_NAME (else NAME) of /etc/os-release.
-func osPrettyName(path string) string {
+// OSPrettyName is the PRETTY_NAME (else NAME) of /etc/os-release.
+func OSPrettyName(path string) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return ""
@@ -303,4 +308,22 @@ func osPrettyName(path string) string {
 		}
 	}
 	return name
+}
+
+// KernelRelease is the kernel's release (uname -r), "unknown" when uname fails.
+func KernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// Kernel is the kernel's name and release ("Linux 6.1.0-..."), as uname -sr.
+func Kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }
