@@ -47,7 +47,8 @@ nofile=$(ulimit -Hn); nproc=$(ulimit -Hu)
 [ "$nproc" = unlimited ] || [ "$nproc" -gt 65536 ] && nproc=65536
 oci=crun
 if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ]; then oci=runc; fi
-cat >"$work/containers.conf" <<CONF
+write_conf() {
+  cat >"$work/containers.conf" <<CONF
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
 [engine]
@@ -55,6 +56,32 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 runtime = "$oci"
 CONF
+}
+# The shell's hard limits are not always what the OCI runtime may set (seen
+# here: nproc 96367 in the shell, refused above 32768 in the container's
+# init), so probe: halve until a container starts, from an image of the
+# static busybox (no registry needed).
+probe_dir=$(mktemp -d)
+mkdir -p "$probe_dir/bin"
+cp /bin/busybox "$probe_dir/bin/busybox"
+write_conf
+CONTAINERS_CONF="$work/containers.conf" tar -C "$probe_dir" -c . |
+  CONTAINERS_CONF="$work/containers.conf" podman import -q - localhost/wharf-ci-ulimit-probe >/dev/null
+rm -rf "$probe_dir"
+while :; do
+  write_conf
+  if CONTAINERS_CONF="$work/containers.conf" podman run --rm --network none \
+      localhost/wharf-ci-ulimit-probe /bin/busybox true >/dev/null 2>&1; then
+    break
+  fi
+  if [ "$nproc" -le 1024 ] && [ "$nofile" -le 1024 ]; then
+    echo "no container starts under Podman even with nofile=nproc=1024"; exit 1
+  fi
+  [ "$nproc" -gt 1024 ] && nproc=$((nproc / 2))
+  [ "$nofile" -gt 1024 ] && nofile=$((nofile / 2))
+done
+CONTAINERS_CONF="$work/containers.conf" podman rmi -f localhost/wharf-ci-ulimit-probe >/dev/null 2>&1 || true
+echo "containers start with nofile=$nofile nproc=$nproc"
 
 echo "== podman system service on $sock (runtime $oci, cgroup $(stat -fc %T /sys/fs/cgroup))"
 if [ -f "$work/service.pid" ] && kill -0 "$(cat "$work/service.pid")" 2>/dev/null; then
