@@ -52,6 +52,24 @@ func (t *tap) stop()  { t.recording = false }
 // direct reads the stream itself, past the tar reader.
 type direct struct{ t *tap }
 
+// Tap is the tap for a reader of tar entries outside this package (the
+// file manager's decompress, which reads tar through another library):
+// NewTap starts recording; Start and Stop bracket an entry's headers;
+// Recorded is what was recorded (for SparseMap); Direct reads the stream
+// past the tar reader; Owe records n bytes read through Direct that the tar
+// reader will skip as zeros.
+type Tap struct{ t tap }
+
+// NewTap returns a tap over r, recording.
+func NewTap(r io.Reader) *Tap { return &Tap{tap{r: r, recording: true}} }
+
+func (t *Tap) Read(p []byte) (int, error) { return t.t.Read(p) }
+func (t *Tap) Start()                     { t.t.start() }
+func (t *Tap) Stop()                      { t.t.stop() }
+func (t *Tap) Recorded() []byte           { return t.t.rec }
+func (t *Tap) Direct() io.Reader          { return direct{&t.t} }
+func (t *Tap) Owe(n int64)                { t.t.credit += n }
+
 func (d direct) Read(p []byte) (int, error) { return d.t.r.Read(p) }
 
 // isSparse10 reports whether hdr is a GNU sparse entry of format 1.0.

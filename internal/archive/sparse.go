@@ -40,11 +40,15 @@ const maxMapBytes = 1 << 20
 // errSparse marks a sparse map or header that does not describe its entry.
 var errSparse = errors.New("invalid sparse entry")
 
-// dataFrags lists the data of the open file fd up to size (its size when
-// opened) with SEEK_DATA/SEEK_HOLE. Past maxFrags, the smallest holes are
-// merged into the data around them (stored as zeros). ok is false when the
-// filesystem cannot tell (the file is then read whole).
-func dataFrags(fd int, size int64) (frags []frag, ok bool) {
+// Extent is one data range of a file: N bytes at offset Off.
+type Extent struct{ Off, N int64 }
+
+// DataExtents lists the data of the open file fd up to size (its size when
+// opened) with SEEK_DATA/SEEK_HOLE. Past limit extents, the smallest holes
+// are merged into the data around them (read as zeros). ok is false when
+// the filesystem cannot tell (the file is then read whole). Archives and
+// live transfers both read a sparse file's data through it.
+func DataExtents(fd int, size int64, limit int) (exts []Extent, ok bool) {
 	var off int64
 	for off < size {
 		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
@@ -62,31 +66,44 @@ func dataFrags(fd int, size int64) (frags []frag, ok bool) {
 			return nil, false
 		}
 		end = min(end, size)
-		frags = append(frags, frag{start, end - start})
-		if len(frags) > 2*maxFrags {
-			frags = mergeFrags(frags, maxFrags)
+		exts = append(exts, Extent{start, end - start})
+		if len(exts) > 2*limit {
+			exts = mergeExtents(exts, limit)
 		}
 		off = end
 	}
-	return mergeFrags(frags, maxFrags), true
+	return mergeExtents(exts, limit), true
 }
 
-// mergeFrags merges the fragments separated by the smallest holes until at
-// most max are left.
-func mergeFrags(frags []frag, max int) []frag {
-	for gap := int64(4096); len(frags) > max; gap *= 2 {
-		out := frags[:1]
-		for _, f := range frags[1:] {
+// mergeExtents merges the extents separated by the smallest holes until at
+// most limit are left.
+func mergeExtents(exts []Extent, limit int) []Extent {
+	for gap := int64(4096); len(exts) > limit; gap *= 2 {
+		out := exts[:1]
+		for _, e := range exts[1:] {
 			last := &out[len(out)-1]
-			if f.off-(last.off+last.n) <= gap {
-				last.n = f.off + f.n - last.off
+			if e.Off-(last.Off+last.N) <= gap {
+				last.N = e.Off + e.N - last.Off
 				continue
 			}
-			out = append(out, f)
+			out = append(out, e)
 		}
-		frags = out
+		exts = out
 	}
-	return frags
+	return exts
+}
+
+// dataFrags is DataExtents bounded by maxFrags, as an archive's fragments.
+func dataFrags(fd int, size int64) ([]frag, bool) {
+	exts, ok := DataExtents(fd, size, maxFrags)
+	if !ok {
+		return nil, false
+	}
+	frags := make([]frag, len(exts))
+	for i, e := range exts {
+		frags[i] = frag{e.Off, e.N}
+	}
+	return frags, true
 }
 
 // dataBytes is the sum of the fragments' lengths.

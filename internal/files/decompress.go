@@ -19,6 +19,7 @@ import (
 	"github.com/klauspost/compress/zip"
 	"github.com/mholt/archives"
 
+	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/usererr"
 )
@@ -264,7 +265,7 @@ type extraction struct {
 	journal io.Writer       // where entries are announced before they are made; nil: nowhere
 	budget  *budget         // the isolated child's share of the disk limit; nil: the daemon's own count
 	seq     dirCache        // the directory held open by the sequential formats (all but zip)
-	tap     *entryTap       // tar's stream, read through it (decompress_sparse.go); nil for the other formats
+	tap     *archive.Tap    // tar's stream, read through it (decompress_sparse.go); nil for the other formats
 	links   map[string]bool // links made by this archive (cleaned names below root)
 
 	mu      sync.Mutex      // guards what follows (zip entries are written in parallel)
@@ -326,8 +327,8 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	if x.tap != nil {
 		// What the tar reader reads until this entry is handled is its
 		// data; from then on, the next entry's headers.
-		x.tap.stop()
-		defer x.tap.start()
+		x.tap.Stop()
+		defer x.tap.Start()
 	}
 	rel, ok := x.entryName(f.NameInArchive)
 	if !ok {

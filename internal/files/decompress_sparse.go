@@ -34,45 +34,6 @@ import (
 // anything is written.
 const maxSparseSize = 16 << 40
 
-// entryTap sits between the decompressed stream and the tar reader.
-type entryTap struct {
-	r         io.Reader
-	rec       []byte
-	recording bool
-	credit    int64 // bytes of the current entry read past the reader, given back as zeros
-}
-
-// tapKeep bounds what is kept of one entry's headers (Go's reader reads a
-// sparse map of 1 MiB at most).
-const tapKeep = 1<<20 + 8192
-
-func (t *entryTap) Read(p []byte) (int, error) {
-	if t.credit > 0 {
-		n := int(min(int64(len(p)), t.credit))
-		clear(p[:n])
-		t.credit -= int64(n)
-		return n, nil
-	}
-	n, err := t.r.Read(p)
-	if t.recording && n > 0 {
-		t.rec = append(t.rec, p[:n]...)
-		if len(t.rec) > 2*tapKeep {
-			t.rec = append(t.rec[:0], t.rec[len(t.rec)-tapKeep:]...)
-		}
-	}
-	return n, err
-}
-
-// start records what the reader consumes from now on (the next entry's
-// headers); stop ends it (the entry's data is not kept).
-func (t *entryTap) start() { t.rec, t.recording = t.rec[:0], true }
-func (t *entryTap) stop()  { t.recording = false }
-
-// direct reads the stream itself, past the tar reader.
-type direct struct{ t *entryTap }
-
-func (d direct) Read(p []byte) (int, error) { return d.t.r.Read(p) }
-
 // extract runs an extractor, decompressing first when c is not nil; tar is
 // read through a tap (sparse entries).
 func (x *extraction) extract(ctx context.Context, ex archives.Extractor, c archives.Compression, stream io.Reader) error {
@@ -93,14 +54,14 @@ func (x *extraction) extract(ctx context.Context, ex archives.Extractor, c archi
 	default:
 		return ex.Extract(ctx, stream, x.entry)
 	}
-	x.tap = &entryTap{r: stream, recording: true}
+	x.tap = archive.NewTap(stream)
 	return t.Extract(ctx, x.tap, x.entry)
 }
 
 // sparseEntry handles a regular tar entry that may be sparse: done is true
 // when it was (extracted or skipped).
 func (x *extraction) sparseEntry(name string, perm fs.FileMode, mtime time.Time, h *tar.Header) (bool, error) {
-	frags, _, ok, err := archive.SparseMap(h, x.tap.rec)
+	frags, _, ok, err := archive.SparseMap(h, x.tap.Recorded())
 	if !ok && h.Typeflag != tar.TypeGNUSparse {
 		return false, nil
 	}
@@ -141,13 +102,13 @@ func (x *extraction) sparseFile(name string, perm fs.FileMode, mtime time.Time, 
 			continue
 		}
 		var n int64
-		n, err = io.Copy(budgetWriter{io.NewOffsetWriter(w, fr.Offset), x.budget}, io.LimitReader(direct{x.tap}, fr.Length))
+		n, err = io.Copy(budgetWriter{io.NewOffsetWriter(w, fr.Offset), x.budget}, io.LimitReader(x.tap.Direct(), fr.Length))
 		written += n
 		if err == nil && n != fr.Length {
 			err = usererr.New(usererr.Invalid, ErrCorruptArchive.Message)
 		}
 	}
-	x.tap.credit += written // the reader skips these as zeros
+	x.tap.Owe(written) // the reader skips these as zeros
 	if err == nil {
 		err = w.Truncate(size)
 	}

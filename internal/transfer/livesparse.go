@@ -4,13 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/wharf/wharf/internal/archive"
 	"io"
 	"io/fs"
 	"path"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/wharf/wharf/internal/sandbox"
 )
@@ -24,58 +23,6 @@ import (
 //   - a hard link record ('H') names a further name of a file the stream
 //     already wrote in the same pass: the target makes a hard link inside
 //     the server's root, only to a path it wrote and still holds.
-
-// extent is one data range of a sparse file.
-type extent struct{ off, n int64 }
-
-// dataExtents lists the data of the open file fd up to size (its size
-// when opened) with SEEK_DATA/SEEK_HOLE. Past maxExtents, the extents
-// around the smallest holes are merged (the holes are then sent as zeros).
-// ok is false when the file system cannot tell (the file is sent whole).
-func dataExtents(fd int, size int64) (exts []extent, ok bool) {
-	var off int64
-	for off < size {
-		start, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, syscall.ENXIO) {
-			break // a hole up to the end
-		}
-		if err != nil || start < off {
-			return nil, false
-		}
-		if start >= size {
-			break
-		}
-		end, err := unix.Seek(fd, start, unix.SEEK_HOLE)
-		if err != nil || end <= start {
-			return nil, false
-		}
-		end = min(end, size)
-		exts = append(exts, extent{start, end - start})
-		if len(exts) > 2*maxExtents {
-			exts = mergeExtents(exts, maxExtents)
-		}
-		off = end
-	}
-	return mergeExtents(exts, maxExtents), true
-}
-
-// mergeExtents merges the extents separated by the smallest holes until at
-// most limit are left.
-func mergeExtents(exts []extent, limit int) []extent {
-	for gap := int64(4096); len(exts) > limit; gap *= 2 {
-		out := exts[:1]
-		for _, e := range exts[1:] {
-			last := &out[len(out)-1]
-			if e.off-(last.off+last.n) <= gap {
-				last.n = e.off + e.n - last.off
-				continue
-			}
-			out = append(out, e)
-		}
-		exts = out
-	}
-	return exts
-}
 
 // hashExtentHead adds an extent's offset and length (8 bytes each,
 // big-endian) to the running hash of a sparse file record, before its
@@ -188,9 +135,9 @@ func (ls *liveSender) sendSparse(rel string, f *sandbox.File, e *liveEntry) (don
 	if err != nil {
 		return false, nil
 	}
-	var exts []extent
+	var exts []archive.Extent
 	ok := false
-	if cerr := rc.Control(func(fd uintptr) { exts, ok = dataExtents(int(fd), e.size) }); cerr != nil || !ok {
+	if cerr := rc.Control(func(fd uintptr) { exts, ok = archive.DataExtents(int(fd), e.size, maxExtents) }); cerr != nil || !ok {
 		return false, nil
 	}
 	ls.rw.begin(recSparse)
@@ -205,16 +152,16 @@ func (ls *liveSender) sendSparse(rel string, f *sandbox.File, e *liveEntry) (don
 	ls.h.Reset()
 	for _, x := range exts {
 		ls.rw.scratch = ls.rw.scratch[:0]
-		ls.rw.uvarint(uint64(x.off))
-		ls.rw.uvarint(uint64(x.n))
+		ls.rw.uvarint(uint64(x.Off))
+		ls.rw.uvarint(uint64(x.N))
 		if err := ls.rw.flush(); err != nil {
 			return true, err
 		}
-		hashExtentHead(ls.h, x.off, x.n)
-		if err := ls.copyFile(io.NewSectionReader(f, x.off, x.n), x.n); err != nil {
+		hashExtentHead(ls.h, x.Off, x.N)
+		if err := ls.copyFile(io.NewSectionReader(f, x.Off, x.N), x.N); err != nil {
 			return true, err
 		}
-		ls.sent.Add(x.n)
+		ls.sent.Add(x.N)
 	}
 	ls.sparse.Add(1)
 	return true, nil
