@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"path"
 	"syscall"
-	"time"
 
 	"github.com/wharf/wharf/internal/sandbox"
 )
@@ -181,43 +180,12 @@ func (a *applier) sparseFile(rel string, mode fs.FileMode, mtime int64, size, co
 	if count > maxExtents {
 		return fmt.Errorf("%w: a sparse file of %d extents (at most %d): %s", errBadStream, count, maxExtents, shortPath(rel))
 	}
-	d, base, err := a.parent(rel)
-	if err != nil {
-		return err
-	}
-	key := keyOf(rel)
-	delete(a.sums, key)
-	f, existed, err := a.create(d, rel, base, mode)
-	if err != nil {
-		return err
-	}
-	a.h.Reset()
-	err = a.extents(f, rel, size, count)
-	if err == nil {
-		err = f.Truncate(int64(size))
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && existed {
-		err = d.Chmod(base, mode)
-	}
-	if err == nil {
-		t := time.Unix(0, mtime)
-		err = d.Lchtimes(base, t, t)
-	}
-	if err != nil {
-		return err
-	}
-	want, err := a.r.sum()
-	if err != nil {
-		return err
-	}
-	if got := a.h.Sum128().Bytes(); got != want {
-		return fmt.Errorf("%w: %s", ErrChecksumMismatch, rel)
-	}
-	a.sums[key] = fileSum{size: int64(size), sum: want}
-	return nil
+	return a.writeFile(rel, mode, mtime, int64(size), func(f *sandbox.File) error {
+		if err := a.extents(f, rel, size, count); err != nil {
+			return err
+		}
+		return f.Truncate(int64(size))
+	})
 }
 
 // extents reads count extents of a sparse file of size bytes and writes

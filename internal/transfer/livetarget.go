@@ -443,6 +443,13 @@ func (a *applier) create(d *sandbox.Dir, rel, base string, mode fs.FileMode) (f 
 }
 
 func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
+	return a.writeFile(rel, mode, mtime, size, func(f *sandbox.File) error { return a.copy(f, size) })
+}
+
+// writeFile makes or rewrites the file rel with write, then gives it its
+// mode and time and checks the record's hash against what write fed a.h
+// (the plain and the sparse file records).
+func (a *applier) writeFile(rel string, mode fs.FileMode, mtime, size int64, write func(*sandbox.File) error) error {
 	d, base, err := a.parent(rel)
 	if err != nil {
 		return err
@@ -454,7 +461,7 @@ func (a *applier) file(rel string, mode fs.FileMode, mtime, size int64) error {
 		return err
 	}
 	a.h.Reset()
-	err = a.copy(f, size)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
