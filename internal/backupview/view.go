@@ -291,21 +291,12 @@ func denied(fsys *sandbox.FS, n *node) bool {
 // root, "." components and repeated slashes dropped, ".." resolved); false
 // for a name that climbs above the root or holds a NUL.
 func cleanUser(name string) (string, bool) {
-	if strings.IndexByte(name, 0) >= 0 {
+	rel, err := sandbox.CleanName(name)
+	switch {
+	case err != nil:
 		return "", false
+	case rel == ".":
+		return "", true
 	}
-	var out []string
-	for _, p := range strings.Split(name, "/") {
-		switch p {
-		case "", ".":
-		case "..":
-			if len(out) == 0 {
-				return "", false
-			}
-			out = out[:len(out)-1]
-		default:
-			out = append(out, p)
-		}
-	}
-	return strings.Join(out, "/"), true
+	return rel, true
 }

@@ -41,6 +41,11 @@ func (f *FS) clean(op, name string) (string, error) {
 // by os.Root, which refuses any that lead out of the root.
 func clean(op, name string) (string, error) { return cleanPath(op, name, true) }
 
+// CleanName is clean for a face that must name a path before it reaches
+// the sandbox (a symbolic link's target, a name inside the backups folder):
+// the same rules, the same errors, "." for the root.
+func CleanName(name string) (string, error) { return clean("clean", name) }
+
 // cleanWalked is clean without the path limits, for a name a walk reported
 // (the walk found it in the tree: refusing it would leave it out of a
 // backup or an archive, not protect anything).

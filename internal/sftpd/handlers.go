@@ -477,20 +477,14 @@ func (h *handlers) symlink(r *sftp.Request) error {
 // insideRoot cleans an absolute name lexically; false when ".." would
 // climb above the root.
 func insideRoot(name string) (string, bool) {
-	var out []string
-	for _, p := range strings.Split(name, "/") {
-		switch p {
-		case "", ".":
-		case "..":
-			if len(out) == 0 {
-				return "", false
-			}
-			out = out[:len(out)-1]
-		default:
-			out = append(out, p)
-		}
+	rel, err := sandbox.CleanName(name)
+	switch {
+	case err != nil:
+		return "", false
+	case rel == ".":
+		return "/", true
 	}
-	return "/" + strings.Join(out, "/"), true
+	return "/" + rel, true
 }
 
 // relativeTo writes the absolute in-root name target relative to the
