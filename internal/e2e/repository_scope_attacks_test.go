@@ -183,49 +183,60 @@ func sharedS3Node(t *testing.T, store *objectstore.Store, prefix, id string) *no
 func TestRepositoryTwoNodesOneBucketAttack(t *testing.T) {
 	t.Parallel()
 	store := objectstore.StartOrSkip(t)
+	if err := twoNodesOneBucket(t, store); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// twoNodesOneBucket is the attack of TestRepositoryTwoNodesOneBucketAttack
+// on store: the first thing that goes wrong, or nil. It calls no FailNow
+// of its own but startNode's (TestIssue33AttacksAtOnce runs it beside
+// other attacks).
+func twoNodesOneBucket(t *testing.T, store *objectstore.Store) error {
 	prefix := "shared-" + newBackupID()[:8] + "/"
 	a := sharedS3Node(t, store, prefix, uuid.NewString())
 	writeFiles(t, a.serverDir(backupServer), map[string]string{"a.txt": "node a", "world/r.bin": randomBytes(3 << 20)})
 	a1, a2 := newBackupID(), newBackupID()
 	for _, id := range []string{a1, a2} {
 		if st := a.backup(id, "local", ""); !st.Successful {
-			t.Fatalf("node A's backup failed\n%s", a.log)
+			return fmt.Errorf("node A's backup failed\n%s", a.log)
 		}
 	}
 	b := sharedS3Node(t, store, prefix, uuid.NewString())
 	writeFiles(t, b.serverDir(backupServer), map[string]string{"b.txt": "node b", "world/r.bin": randomBytes(3 << 20)})
 	if st := b.backup(newBackupID(), "local", ""); st.Successful {
-		t.Fatalf("node B backed up into node A's repository\n%s", b.log)
+		return fmt.Errorf("node B backed up into node A's repository\n%s", b.log)
 	}
 	// The daemon's output reaches the log through a pipe: waited for.
 	if !wait.Until(10*time.Second, func() bool {
 		l := b.log.String()
 		return strings.Contains(l, "system.backups.repository.s3") && strings.Contains(l, "another node")
 	}) {
-		t.Fatalf("node B's error does not name the setting:\n%s", b.log)
+		return fmt.Errorf("node B's error does not name the setting:\n%s", b.log)
 	}
 	out, _ := exec.Command(wharfBinary, "diagnostics", "--config", b.CfgPath, "--log-lines", "0").CombinedOutput()
 	if !strings.Contains(string(out), "ANOTHER NODE uses this repository") {
-		t.Fatalf("diagnostics of node B:\n%s", out)
+		return fmt.Errorf("diagnostics of node B:\n%s", out)
 	}
 	out, _ = exec.Command(wharfBinary, "diagnostics", "--config", a.CfgPath, "--log-lines", "0").CombinedOutput()
 	if !strings.Contains(string(out), "repository nodes: this node only") {
-		t.Fatalf("diagnostics of node A:\n%s", out)
+		return fmt.Errorf("diagnostics of node A:\n%s", out)
 	}
 	// Node A's backups: whole, also after a delete and its GC.
 	if res, body := a.request("DELETE", "/api/servers/"+backupServer+"/backup/"+a1, nil, ""); res.StatusCode != 204 {
-		t.Fatalf("delete: %d %s", res.StatusCode, body)
+		return fmt.Errorf("delete: %d %s", res.StatusCode, body)
 	}
 	if code, body := a.download(a2); code != 200 || len(body) < 3<<20 {
-		t.Fatalf("node A's backup after node B's attempt: %d, %d bytes", code, len(body))
+		return fmt.Errorf("node A's backup after node B's attempt: %d, %d bytes", code, len(body))
 	}
 	// Node B's refusal persists, and withdrew nothing of A's claim.
 	if st := b.backup(newBackupID(), "local", ""); st.Successful {
-		t.Fatal("node B's second backup went into node A's repository")
+		return fmt.Errorf("node B's second backup went into node A's repository")
 	}
 	if st := a.backup(newBackupID(), "local", ""); !st.Successful {
-		t.Fatalf("node A's backup after node B's refusals failed\n%s", a.log)
+		return fmt.Errorf("node A's backup after node B's refusals failed\n%s", a.log)
 	}
+	return nil
 }
 
 func inMiB(n int64) float64 { return float64(n) / (1 << 20) }
