@@ -414,7 +414,10 @@ func TestIssue33AttacksAtOnce(t *testing.T) {
 	// The daemon is back to its level and answers on every face.
 	n.waitIdle(t, 60*time.Second)
 	var now level
-	if !wait.Until(30*time.Second, func() bool {
+	// Up to 150 s: the Go runtime returns freed memory to the system after
+	// its periodic collection (every 2 min when idle), so a run whose peak
+	// left garbage comes back to the bound then; a leak never does.
+	if !wait.Until(150*time.Second, func() bool {
 		now = n.level()
 		return now.goroutines <= base.goroutines+8 && now.fds <= base.fds+16 && now.rss <= base.rss+160<<10
 	}) {
