@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"golang.org/x/crypto/ssh"
@@ -20,6 +21,7 @@ import (
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
 	"github.com/wharf/wharf/internal/testutil/objectstore"
+	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
 // The backups folder (issue 35) on the real binary: the file manager, the
@@ -142,6 +144,16 @@ func treeSnapshot(t *testing.T, root string) map[string]string {
 func TestBrowseBackupsFileManager(t *testing.T) {
 	t.Parallel()
 	n, _, dir, id1, id2, big := browseNode(t, 0)
+	// Disk usage counts the live tree only: two backups of a 3 MiB tree
+	// in the folder would triple it (checked before the compress below adds its archive).
+	var disk float64
+	wait.For(t, 60*time.Second, func() bool {
+		disk = n.details(backupServer)["utilization"].(map[string]any)["disk_bytes"].(float64)
+		return disk >= float64(len(big)) // control: the tree was measured
+	}, "the server's disk usage to count its tree")
+	if disk > float64(len(big))+1<<20 {
+		t.Fatalf("disk usage %.0f bytes for a tree of %d: the folder is counted", disk, len(big))
+	}
 
 	code, root, body := n.list("/")
 	if code != 200 {
@@ -462,7 +474,17 @@ func from(id, name string) string { return "/.backups/" + id + "/" + name }
 // root stays reachable and untouched (the folder steps aside).
 func TestBrowseBackupsNotPartOfTheServer(t *testing.T) {
 	t.Parallel()
-	n, _, dir, id1, id2, _ := browseNode(t, 0)
+	n, _, dir, id1, id2, big := browseNode(t, 0)
+	// Disk usage counts the live tree only: two backups of a 3 MiB tree
+	// in the folder would triple it (checked before the compress below adds its archive).
+	var disk float64
+	wait.For(t, 60*time.Second, func() bool {
+		disk = n.details(backupServer)["utilization"].(map[string]any)["disk_bytes"].(float64)
+		return disk >= float64(len(big)) // control: the tree was measured
+	}, "the server's disk usage to count its tree")
+	if disk > float64(len(big))+1<<20 {
+		t.Fatalf("disk usage %.0f bytes for a tree of %d: the folder is counted", disk, len(big))
+	}
 	_, root, _ := n.list("/")
 	res, body := n.request("POST", "/api/servers/"+backupServer+"/files/compress", map[string]any{"root": "/", "files": names(root)}, "")
 	if res.StatusCode != 200 {
