@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 )
@@ -59,4 +60,68 @@ func (s *Store) ReadChunks(cs []Chunk, limit int64) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// A backup's view index (issue 35 follow-up, "the first listing"): the
+// backups folder's directory listings of one backup, written by
+// internal/backupview after the backup's manifest, so that listing a
+// backup needs neither its manifest nor its chunks. It is an object of
+// its own, views/<server>/<backup>, stored after the manifest (a crash in
+// between leaves a backup without one: the view builds its tree from the
+// manifest, as for backups made before it), deleted before it (Delete),
+// and one whose manifest is gone is removed by the GC.
+func viewIndexName(server, backup string) string {
+	return "views/" + server + "/" + backup
+}
+
+// PutViewIndex stores the view index of backup of server. A backup deleted
+// meanwhile keeps no index (it is removed again).
+func (s *Store) PutViewIndex(ctx context.Context, server, backup string, data []byte) error {
+	if s.readOnly {
+		return errors.New("the repository is open read-only")
+	}
+	name := viewIndexName(server, backup)
+	if err := s.b.Put(ctx, name, data); err != nil {
+		return err
+	}
+	if !s.exists(manifestName(server, backup)) {
+		_ = s.b.Delete(ctx, name)
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ViewIndex reads length bytes at off of the view index of backup of server
+// (everything from off when length < 0); an error for which
+// errors.Is(err, fs.ErrNotExist) holds when the backup has none.
+func (s *Store) ViewIndex(ctx context.Context, server, backup string, off, length int64) ([]byte, error) {
+	return s.b.Get(ctx, viewIndexName(server, backup), off, length)
+}
+
+// sweepViewIndexes deletes the view indexes whose backup has no manifest
+// (a Delete cut between its two deletes, a backup deleted while its index
+// was written, a node of an older Wharf deleting a backup).
+func (s *Store) sweepViewIndexes(ctx context.Context) error {
+	views, err := s.b.List(ctx, "views/")
+	if err != nil || len(views) == 0 {
+		return err
+	}
+	snaps, err := s.b.List(ctx, "snapshots/")
+	if err != nil {
+		return err
+	}
+	have := make(map[string]struct{}, len(snaps))
+	for _, o := range snaps {
+		if srv, b, ok := manifestObject(o.Name); ok {
+			have[viewIndexName(srv, b)] = struct{}{}
+		}
+	}
+	for _, o := range views {
+		if _, ok := have[o.Name]; !ok {
+			if err := s.b.Delete(ctx, o.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
