@@ -560,3 +560,68 @@ func TestBrowseBackupsS3Repository(t *testing.T) {
 		t.Fatalf("after the delete: %s", body)
 	}
 }
+
+// TestBrowseBackupsStoredIndexAfterRestart (issue 35 follow-up, "the first
+// listing"): after a restart of the daemon, a backup's directories are
+// listed from the index stored beside its manifest at backup time, with
+// the repository's packs moved away (no chunk is read); control: with
+// neither the index nor the packs the listing fails; a backup whose index
+// is gone (made before it) is listed from its manifest and chunks as
+// before, the same.
+func TestBrowseBackupsStoredIndexAfterRestart(t *testing.T) {
+	t.Parallel()
+	n, _, _, id1, _, _ := browseNode(t, 0)
+	repo := n.Config.BackupRepositoryPath()
+	if _, err := os.Stat(filepath.Join(repo, "views", backupServer, id1)); err != nil {
+		t.Fatalf("no index stored beside the backup: %v", err)
+	}
+	dirs := []string{"/.backups/" + id1, "/.backups/" + id1 + "/cfg", "/.backups/" + id1 + "/hostile"}
+	listAll := func() (map[string]string, bool) {
+		out := map[string]string{}
+		for _, d := range dirs {
+			code, _, body := n.list(d)
+			if code != 200 {
+				return nil, false
+			}
+			out[d] = string(body)
+		}
+		return out, true
+	}
+	packs, away := filepath.Join(repo, "packs"), filepath.Join(repo, "packs.away")
+	n.stop()
+	if err := os.Rename(packs, away); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	indexed, ok := listAll()
+	if !ok {
+		t.Fatalf("listing from the stored index after a restart failed\n%s", n.log)
+	}
+	for _, want := range []string{`"name":"escape"`, `"name":"a.txt"`, `"name":"cfg"`} {
+		if !strings.Contains(indexed[dirs[0]], want) {
+			t.Errorf("%s missing from the listing: %s", want, indexed[dirs[0]])
+		}
+	}
+	n.stop()
+	if err := os.RemoveAll(filepath.Join(repo, "views")); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	if _, ok := listAll(); ok {
+		t.Fatal("control: listing with neither the index nor the packs succeeded")
+	}
+	n.stop()
+	if err := os.Rename(away, packs); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	built, ok := listAll()
+	if !ok {
+		t.Fatalf("listing from the manifest failed\n%s", n.log)
+	}
+	for _, d := range dirs {
+		if indexed[d] != built[d] {
+			t.Errorf("%s: from the index %s\nfrom the manifest %s", d, indexed[d], built[d])
+		}
+	}
+}
