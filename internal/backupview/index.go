@@ -119,18 +119,36 @@ type indexDir struct {
 // directory of the backup (the caller's tree says what it is).
 func storedDir(ctx context.Context, st *chunkstore.Store, server, backup, rel string, mod time.Time) (d indexDir, found, ok bool) {
 	h, err := st.ViewIndex(ctx, server, backup, 0, indexHeader)
-	if err != nil || len(h) != indexHeader || string(h[:8]) != indexMagic {
+	if err != nil {
 		return indexDir{}, false, false
 	}
-	if int64(binary.LittleEndian.Uint64(h[8:])) != mod.UnixNano() {
+	toff, tlen, ok := parseIndexHeader(h, mod)
+	if !ok {
 		return indexDir{}, false, false
 	}
-	toff, tlen := binary.LittleEndian.Uint64(h[16:]), binary.LittleEndian.Uint64(h[24:])
-	if tlen > maxIndexTable || toff < indexHeader || toff > 1<<50 {
+	table, err := st.ViewIndex(ctx, server, backup, toff, tlen)
+	if err != nil {
 		return indexDir{}, false, false
 	}
-	table, err := st.ViewIndex(ctx, server, backup, int64(toff), int64(tlen))
-	if err != nil || uint64(len(table)) != tlen {
+	return findIndexDir(table, tlen, toff, rel)
+}
+
+// parseIndexHeader checks an index's header against the manifest's time
+// mod and returns where its table is.
+func parseIndexHeader(h []byte, mod time.Time) (toff, tlen int64, ok bool) {
+	if len(h) != indexHeader || string(h[:8]) != indexMagic || int64(binary.LittleEndian.Uint64(h[8:])) != mod.UnixNano() {
+		return 0, 0, false
+	}
+	off, n := binary.LittleEndian.Uint64(h[16:]), binary.LittleEndian.Uint64(h[24:])
+	if n > maxIndexTable || off < indexHeader || off > 1<<50 {
+		return 0, 0, false
+	}
+	return int64(off), int64(n), true
+}
+
+// findIndexDir finds rel in the table (tlen bytes, at toff of the index).
+func findIndexDir(table []byte, tlen, toff int64, rel string) (d indexDir, found, ok bool) {
+	if int64(len(table)) != tlen {
 		return indexDir{}, false, false
 	}
 	r := bytes.NewReader(table)
@@ -140,7 +158,8 @@ func storedDir(ctx context.Context, st *chunkstore.Store, server, backup, rel st
 		mt, e3 := binary.ReadVarint(r)
 		off, e4 := binary.ReadUvarint(r)
 		n, e5 := binary.ReadUvarint(r)
-		if err := errors.Join(e1, e2, e3, e4, e5); err != nil || off < indexHeader || off+n > toff {
+		if err := errors.Join(e1, e2, e3, e4, e5); err != nil || off < indexHeader || off > uint64(toff) || n > uint64(toff)-off ||
+			!fs.FileMode(mode).IsDir() {
 			return indexDir{}, false, false
 		}
 		if name == rel {
@@ -163,15 +182,20 @@ func storedList(ctx context.Context, st *chunkstore.Store, server, backup string
 	if int64(len(b)) != d.len {
 		return nil, errBadIndex
 	}
+	return parseIndexBlock(b)
+}
+
+// parseIndexBlock decodes a directory's block.
+func parseIndexBlock(b []byte) ([]Info, error) {
 	r := bytes.NewReader(b)
-	var out []Info
+	out := []Info{}
 	for r.Len() > 0 {
 		name, e1 := readString(r)
 		mode, e2 := binary.ReadUvarint(r)
 		size, e3 := binary.ReadVarint(r)
 		mt, e4 := binary.ReadVarint(r)
 		target, e5 := readString(r)
-		if errors.Join(e1, e2, e3, e4, e5) != nil || name == "" || strings.Contains(name, "/") {
+		if errors.Join(e1, e2, e3, e4, e5) != nil || name == "" || name == "." || name == ".." || strings.Contains(name, "/") || mode > 1<<32-1 {
 			return nil, errBadIndex
 		}
 		out = append(out, Info{name: name, mode: fs.FileMode(mode), size: size, mtime: time.Unix(0, mt), Target: target})
