@@ -297,7 +297,7 @@ func TestBrowseStoredIndex(t *testing.T) {
 		}
 		return out, nil
 	}
-	for _, b := range []string{"b1", "b2"} {
+	for _, b := range []string{"b1", "b2", "b1.dirs", "b2.dirs"} {
 		if _, err := os.Stat(filepath.Join(repo, "views", "bench", b)); err != nil {
 			t.Fatalf("no index stored for %s: %v", b, err)
 		}
@@ -348,8 +348,10 @@ func TestBrowseStoredIndex(t *testing.T) {
 	if err := st.Delete("bench", "b2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(repo, "views", "bench", "b2")); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("index of a deleted backup: %v", err)
+	for _, name := range []string{"b2", "b2.dirs"} {
+		if _, err := os.Stat(filepath.Join(repo, "views", "bench", name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("index of a deleted backup (%s): %v", name, err)
+		}
 	}
 	orphan := filepath.Join(repo, "views", "bench", "gone")
 	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {

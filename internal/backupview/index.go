@@ -22,19 +22,22 @@ import (
 // chunks no indexed file covers. Backups without one (made before it, or
 // cut by a crash between the manifest and the index) are listed as before.
 //
-// Layout: a header of indexHeader bytes (magic, the manifest object's
-// modification time as the listing shows it, the table's offset and
-// length), the directories' blocks, then the table. The table has one
+// Layout: two objects (chunkstore.PutViewIndex). The table
+// (views/<server>/<backup>): a header of indexHeader bytes (magic, the
+// manifest object's modification time as the listing shows it), then one
 // entry a directory, sorted by path: its path, mode, mtime, and its
-// block's offset and length. A block is the directory's entries as List
-// returns them (a later name of a file already resolved): name, mode,
-// size, mtime, link target. An index whose manifest time is not the
-// listed one (a backup made again under its UUID) is not used.
+// listing's offset and length in the second object. The listings
+// (views/<server>/<backup>.dirs): each directory's entries as List returns
+// them (a later name of a file already resolved): name, mode, size, mtime,
+// link target. A listing reads the table whole and one directory's
+// listing: two reads. An index whose manifest time is not the listed one
+// (a backup made again under its UUID) is not used.
 const (
-	indexMagic  = "WVIDX01\n"
-	indexHeader = 8 + 8 + 8 + 8
-	// maxIndexTable bounds the table read (about 30 bytes a directory):
-	// a backup with more directories is listed from its manifest.
+	indexMagic  = "WVIDX02\n"
+	indexHeader = 8 + 8
+	// maxIndexTable bounds the table (about 30 bytes a directory): a
+	// backup with more directories gets no index and is listed from its
+	// manifest.
 	maxIndexTable = 64 << 20
 )
 
@@ -66,41 +69,43 @@ func WriteIndex(ctx context.Context, st *chunkstore.Store, server, backup string
 	if err != nil {
 		return err
 	}
-	return st.PutViewIndex(ctx, server, backup, encodeIndex(t, mod))
+	table, dirs := encodeIndex(t, mod)
+	if len(table) > maxIndexTable {
+		return nil // listed from its manifest
+	}
+	return st.PutViewIndex(ctx, server, backup, table, dirs)
 }
 
-func encodeIndex(t *tree, mod time.Time) []byte {
-	dirs := make([]string, 0, len(t.kids)+1)
+func encodeIndex(t *tree, mod time.Time) (table, dirs []byte) {
+	names := make([]string, 0, len(t.kids)+1)
 	for rel, n := range t.nodes {
 		if n.isDir() {
-			dirs = append(dirs, rel)
+			names = append(names, rel)
 		}
 	}
-	slices.Sort(dirs)
-	out := make([]byte, indexHeader, indexHeader+len(t.nodes)*40)
-	copy(out, indexMagic)
-	binary.LittleEndian.PutUint64(out[8:], uint64(mod.UnixNano()))
-	var table []byte
-	for _, d := range dirs {
-		off := len(out)
+	slices.Sort(names)
+	table = make([]byte, indexHeader, indexHeader+len(names)*32)
+	copy(table, indexMagic)
+	binary.LittleEndian.PutUint64(table[8:], uint64(mod.UnixNano()))
+	dirs = make([]byte, 0, len(t.nodes)*40)
+	for _, d := range names {
+		off := len(dirs)
 		for _, k := range t.kids[d] {
 			i := infoOf(t.resolve(k))
-			out = appendString(out, i.name)
-			out = binary.AppendUvarint(out, uint64(i.mode))
-			out = binary.AppendVarint(out, i.size)
-			out = binary.AppendVarint(out, i.mtime.UnixNano())
-			out = appendString(out, i.Target)
+			dirs = appendString(dirs, i.name)
+			dirs = binary.AppendUvarint(dirs, uint64(i.mode))
+			dirs = binary.AppendVarint(dirs, i.size)
+			dirs = binary.AppendVarint(dirs, i.mtime.UnixNano())
+			dirs = appendString(dirs, i.Target)
 		}
 		n := t.nodes[d]
 		table = appendString(table, d)
 		table = binary.AppendUvarint(table, uint64(n.mode))
 		table = binary.AppendVarint(table, n.mtime.UnixNano())
 		table = binary.AppendUvarint(table, uint64(off))
-		table = binary.AppendUvarint(table, uint64(len(out)-off))
+		table = binary.AppendUvarint(table, uint64(len(dirs)-off))
 	}
-	binary.LittleEndian.PutUint64(out[16:], uint64(len(out)))
-	binary.LittleEndian.PutUint64(out[24:], uint64(len(table)))
-	return append(out, table...)
+	return table, dirs
 }
 
 func appendString(b []byte, s string) []byte {
@@ -118,51 +123,48 @@ type indexDir struct {
 // the caller builds the tree; found false when the index says rel is no
 // directory of the backup (the caller's tree says what it is).
 func storedDir(ctx context.Context, st *chunkstore.Store, server, backup, rel string, mod time.Time) (d indexDir, found, ok bool) {
-	h, err := st.ViewIndex(ctx, server, backup, 0, indexHeader)
-	if err != nil {
+	b, err := st.ViewIndex(ctx, server, backup)
+	if err != nil || len(b) > maxIndexTable {
 		return indexDir{}, false, false
 	}
-	toff, tlen, ok := parseIndexHeader(h, mod)
-	if !ok {
-		return indexDir{}, false, false
-	}
-	table, err := st.ViewIndex(ctx, server, backup, toff, tlen)
-	if err != nil {
-		return indexDir{}, false, false
-	}
-	return findIndexDir(table, tlen, toff, rel)
+	return findIndexDir(b, mod, rel)
 }
 
-// parseIndexHeader checks an index's header against the manifest's time
-// mod and returns where its table is.
-func parseIndexHeader(h []byte, mod time.Time) (toff, tlen int64, ok bool) {
-	if len(h) != indexHeader || string(h[:8]) != indexMagic || int64(binary.LittleEndian.Uint64(h[8:])) != mod.UnixNano() {
-		return 0, 0, false
-	}
-	off, n := binary.LittleEndian.Uint64(h[16:]), binary.LittleEndian.Uint64(h[24:])
-	if n > maxIndexTable || off < indexHeader || off > 1<<50 {
-		return 0, 0, false
-	}
-	return int64(off), int64(n), true
-}
-
-// findIndexDir finds rel in the table (tlen bytes, at toff of the index).
-func findIndexDir(table []byte, tlen, toff int64, rel string) (d indexDir, found, ok bool) {
-	if int64(len(table)) != tlen {
+// findIndexDir checks the table b against the manifest's time mod and
+// finds rel in it, without allocating for the directories it passes.
+func findIndexDir(b []byte, mod time.Time, rel string) (d indexDir, found, ok bool) {
+	if len(b) < indexHeader || string(b[:8]) != indexMagic || int64(binary.LittleEndian.Uint64(b[8:])) != mod.UnixNano() {
 		return indexDir{}, false, false
 	}
-	r := bytes.NewReader(table)
-	for r.Len() > 0 {
-		name, e1 := readString(r)
-		mode, e2 := binary.ReadUvarint(r)
-		mt, e3 := binary.ReadVarint(r)
-		off, e4 := binary.ReadUvarint(r)
-		n, e5 := binary.ReadUvarint(r)
-		if err := errors.Join(e1, e2, e3, e4, e5); err != nil || off < indexHeader || off > uint64(toff) || n > uint64(toff)-off ||
-			!fs.FileMode(mode).IsDir() {
+	b = b[indexHeader:]
+	for len(b) > 0 {
+		var name []byte
+		var mode, off, n uint64
+		var mt int64
+		var k int
+		if name, b, ok = cutString(b); !ok {
 			return indexDir{}, false, false
 		}
-		if name == rel {
+		if mode, k = binary.Uvarint(b); k <= 0 {
+			return indexDir{}, false, false
+		}
+		b = b[k:]
+		if mt, k = binary.Varint(b); k <= 0 {
+			return indexDir{}, false, false
+		}
+		b = b[k:]
+		if off, k = binary.Uvarint(b); k <= 0 {
+			return indexDir{}, false, false
+		}
+		b = b[k:]
+		if n, k = binary.Uvarint(b); k <= 0 {
+			return indexDir{}, false, false
+		}
+		b = b[k:]
+		if off > 1<<50 || n > 1<<50 || mode > 1<<32-1 || !fs.FileMode(mode).IsDir() {
+			return indexDir{}, false, false
+		}
+		if string(name) == rel {
 			return indexDir{info: Info{name: path.Base(rel), mode: fs.FileMode(mode), mtime: time.Unix(0, mt)},
 				off: int64(off), len: int64(n)}, true, true
 		}
@@ -170,12 +172,21 @@ func findIndexDir(table []byte, tlen, toff int64, rel string) (d indexDir, found
 	return indexDir{}, false, true
 }
 
+// cutString splits a length-prefixed string off b.
+func cutString(b []byte) (s, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
+
 // storedList reads the entries of d.
 func storedList(ctx context.Context, st *chunkstore.Store, server, backup string, d indexDir) ([]Info, error) {
 	if d.len == 0 {
 		return []Info{}, nil
 	}
-	b, err := st.ViewIndex(ctx, server, backup, d.off, d.len)
+	b, err := st.ViewIndexDirs(ctx, server, backup, d.off, d.len)
 	if err != nil {
 		return nil, err
 	}
