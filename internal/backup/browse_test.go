@@ -342,7 +342,11 @@ func TestBrowseStoredIndex(t *testing.T) {
 		}
 	}
 	// The index goes with its backup; an orphan one at the GC.
-	if err := backupview.WriteIndex(ctx, st, "bench", "b2"); err != nil {
+	m2, err := st.Manifest("bench", "b2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backupview.WriteIndex(ctx, st, m2); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Delete("bench", "b2"); err != nil {

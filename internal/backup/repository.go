@@ -99,7 +99,7 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	// The backups folder's index of it (issue 35 follow-up): its first
 	// listing reads the directory asked for, not the manifest and chunks.
 	// The backup is made without it: the folder then builds its tree.
-	if err := backupview.WriteIndex(ctx, st, srv.UUID(), backup); err != nil {
+	if err := backupview.WriteIndex(ctx, st, m); err != nil {
 		s.log.Warn("the backups folder's index of a backup was not written: its first listing reads the backup", "server", srv.UUID(), "backup", backup, "error", err)
 	}
 	if s.repoFilesRead != nil {

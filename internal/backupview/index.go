@@ -43,25 +43,12 @@ const (
 
 var errBadIndex = errors.New("view index damaged")
 
-// WriteIndex builds and stores the view index of backup of server (a
-// backup just committed). Its cost is one build of the tree (reading the
-// chunks no indexed file covers), at backup time.
-func WriteIndex(ctx context.Context, st *chunkstore.Store, server, backup string) error {
-	bs, err := st.Backups(ctx, server)
-	if err != nil {
-		return err
-	}
-	var mod time.Time
-	found := false
-	for _, b := range bs {
-		if b.Backup == backup {
-			mod, found = b.ModTime, true
-		}
-	}
-	if !found {
-		return chunkstore.ErrNotFound
-	}
-	m, err := st.Manifest(server, backup)
+// WriteIndex builds and stores the view index of backup m of st, just
+// committed (the manifest Commit returned: it is not read again). Its cost
+// is one build of the tree (reading the chunks no indexed file covers), at
+// backup time.
+func WriteIndex(ctx context.Context, st *chunkstore.Store, m chunkstore.Manifest) error {
+	mod, err := backupTime(ctx, st, m.Server, m.Backup)
 	if err != nil {
 		return err
 	}
@@ -73,7 +60,7 @@ func WriteIndex(ctx context.Context, st *chunkstore.Store, server, backup string
 	if len(table) > maxIndexTable {
 		return nil // listed from its manifest
 	}
-	return st.PutViewIndex(ctx, server, backup, table, dirs)
+	return st.PutViewIndex(ctx, m.Server, m.Backup, table, dirs)
 }
 
 func encodeIndex(t *tree, mod time.Time) (table, dirs []byte) {
