@@ -539,6 +539,18 @@ func TestBrowseBackupsS3Repository(t *testing.T) {
 	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), sortedIDs(id1, id2)) {
 		t.Fatalf("list /.backups: %s", body)
 	}
+	// The stored index of each backup is in the bucket (issue 35
+	// follow-up) beside its manifest; a directory of a backup lists.
+	for _, id := range []string{id1, id2} {
+		for _, key := range []string{"views/" + backupServer + "/" + id, "views/" + backupServer + "/" + id + ".dirs"} {
+			if r.getIfExists(t, key) == nil {
+				t.Fatalf("no %s in the bucket", key)
+			}
+		}
+	}
+	if code, l, body := n.list("/.backups/" + id2 + "/world"); code != 200 || !slices.Equal(names(l), []string{"r.bin"}) {
+		t.Fatalf("list of a backup's directory: %d %s", code, body)
+	}
 	if res, b := n.contents("/.backups/" + id1 + "/a.txt"); res.code != 200 || string(b) != "old a" {
 		t.Fatalf("old a.txt: %+v %q", res, b)
 	}
@@ -558,6 +570,9 @@ func TestBrowseBackupsS3Repository(t *testing.T) {
 	}
 	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), []string{id2}) {
 		t.Fatalf("after the delete: %s", body)
+	}
+	if r.getIfExists(t, "views/"+backupServer+"/"+id1) != nil || r.getIfExists(t, "views/"+backupServer+"/"+id1+".dirs") != nil {
+		t.Fatal("the stored index of a deleted backup is still in the bucket")
 	}
 }
 
