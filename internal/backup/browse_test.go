@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/wharf/wharf/internal/backupview"
@@ -254,5 +256,115 @@ func TestBrowseDeletedBackupLeaves(t *testing.T) {
 	os.Mkdir(filepath.Join(f.root, ".backups"), 0o755)
 	if p, err := f.view.Split(f.fsys, "/.backups/b2"); err != nil || p.In {
 		t.Fatalf("with a real .backups: %+v, %v", p, err)
+	}
+}
+
+// TestBrowseStoredIndex (issue 35 follow-up, "the first listing"): a
+// backup listed by a view with nothing cached (as after a restart of the
+// daemon) is listed from the index stored at backup time, without its
+// chunks (the packs are moved away); one without an index is listed from
+// its manifest and chunks as before, the same; the index goes with its
+// backup (Delete) and an orphan one at the GC.
+func TestBrowseStoredIndex(t *testing.T) {
+	f := newBrowseFixture(t)
+	ctx := context.Background()
+	st, _ := f.svc.BrowseSource()
+	repo := st.Dir()
+	dirs := []string{"/.backups/b1", "/.backups/b1/sub", "/.backups/b1/sub/deep", "/.backups/b1/hostile", "/.backups/b1/emptydir", "/.backups/b2"}
+	show := func(is []backupview.Info) string {
+		var b strings.Builder
+		for _, i := range is {
+			fmt.Fprintf(&b, "%q %v %d %d %q\n", i.Name(), i.Mode(), i.Size(), i.ModTime().UnixNano(), i.Target)
+		}
+		return b.String()
+	}
+	listAll := func(v *backupview.View) (map[string]string, error) {
+		out := map[string]string{}
+		for _, d := range dirs {
+			p, err := v.Split(f.fsys, d)
+			if err != nil {
+				return nil, err
+			}
+			is, err := v.List(ctx, f.fsys, "bench", p)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", d, err)
+			}
+			fi, err := v.Stat(ctx, f.fsys, "bench", p)
+			if err != nil {
+				return nil, fmt.Errorf("stat %s: %w", d, err)
+			}
+			out[d] = show(is) + "stat " + show([]backupview.Info{fi})
+		}
+		return out, nil
+	}
+	for _, b := range []string{"b1", "b2", "b1.dirs", "b2.dirs"} {
+		if _, err := os.Stat(filepath.Join(repo, "views", "bench", b)); err != nil {
+			t.Fatalf("no index stored for %s: %v", b, err)
+		}
+	}
+	packs, away := filepath.Join(repo, "packs"), filepath.Join(repo, "packs.away")
+	if err := os.Rename(packs, away); err != nil {
+		t.Fatal(err)
+	}
+	v1 := backupview.New(f.svc.BrowseSource)
+	indexed, err := listAll(v1)
+	if err != nil {
+		t.Fatalf("listing from the stored index, chunks away: %v", err)
+	}
+	if n := v1.IndexedLookups(); n != int64(2*len(dirs)) {
+		t.Fatalf("%d lookups answered by the index, want %d", n, 2*len(dirs))
+	}
+	if !strings.Contains(indexed["/.backups/b1"], `"hard.txt" -rw-r--r-- 5 `) || !strings.Contains(indexed["/.backups/b1"], `"out" L`) ||
+		!strings.Contains(indexed["/.backups/b1"], `"emptydir" d`) {
+		t.Fatalf("listing of b1 from the index:\n%s", indexed["/.backups/b1"])
+	}
+	// Control: without the index, listing needs the chunks.
+	if err := os.RemoveAll(filepath.Join(repo, "views")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listAll(backupview.New(f.svc.BrowseSource)); err == nil {
+		t.Fatal("listing without the index nor the chunks succeeded")
+	}
+	if err := os.Rename(away, packs); err != nil {
+		t.Fatal(err)
+	}
+	v2 := backupview.New(f.svc.BrowseSource)
+	built, err := listAll(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.IndexedLookups() != 0 {
+		t.Fatal("an index was used after it was removed")
+	}
+	for _, d := range dirs {
+		if indexed[d] != built[d] {
+			t.Errorf("%s: from the index\n%s\nfrom the manifest\n%s", d, indexed[d], built[d])
+		}
+	}
+	// The index goes with its backup; an orphan one at the GC.
+	m2, err := st.Manifest("bench", "b2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backupview.WriteIndex(ctx, st, m2); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete("bench", "b2"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b2", "b2.dirs"} {
+		if _, err := os.Stat(filepath.Join(repo, "views", "bench", name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("index of a deleted backup (%s): %v", name, err)
+		}
+	}
+	orphan := filepath.Join(repo, "views", "bench", "gone")
+	if err := os.WriteFile(orphan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("orphan index after the GC: %v", err)
 	}
 }

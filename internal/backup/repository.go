@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
+	"github.com/wharf/wharf/internal/backupview"
 	"github.com/wharf/wharf/internal/chunkstore"
 	"github.com/wharf/wharf/internal/config"
 )
@@ -94,6 +95,12 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	m, err := w.Commit()
 	if err != nil {
 		return Details{}, err
+	}
+	// The backups folder's index of it (issue 35 follow-up): its first
+	// listing reads the directory asked for, not the manifest and chunks.
+	// The backup is made without it: the folder then builds its tree.
+	if err := backupview.WriteIndex(ctx, st, m); err != nil {
+		s.log.Warn("the backups folder's index of a backup was not written: its first listing reads the backup", "server", srv.UUID(), "backup", backup, "error", err)
 	}
 	if s.repoFilesRead != nil {
 		s.repoFilesRead(hook.read)

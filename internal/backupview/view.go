@@ -17,6 +17,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wharf/wharf/internal/chunkstore"
@@ -39,6 +40,8 @@ type View struct {
 	src   Source
 	mu    sync.Mutex
 	trees []cachedTree // most recent first
+	// indexed counts the lookups a stored index answered (tests).
+	indexed atomic.Int64
 }
 
 type cachedTree struct {
@@ -120,28 +123,49 @@ func (v *View) open(ctx context.Context, server, backup string) (*chunkstore.Sto
 	if st == nil {
 		return nil, nil, sandbox.ErrNotExist
 	}
-	bs, err := st.Backups(ctx, server)
-	if err != nil {
+	if _, err := backupTime(ctx, st, server, backup); err != nil {
 		return nil, nil, err
 	}
-	found := false
+	if t := v.cached(server, backup); t != nil {
+		return st, t, nil
+	}
+	return v.build(st, server, backup)
+}
+
+// backupTime is the modification time of the manifest of backup of server
+// (ErrNotExist when the server has no such backup).
+func backupTime(ctx context.Context, st *chunkstore.Store, server, backup string) (time.Time, error) {
+	bs, err := st.Backups(ctx, server)
+	if err != nil {
+		return time.Time{}, err
+	}
 	for _, b := range bs {
-		found = found || b.Backup == backup
+		if b.Backup == backup {
+			return b.ModTime, nil
+		}
 	}
-	if !found {
-		return nil, nil, sandbox.ErrNotExist
-	}
+	return time.Time{}, sandbox.ErrNotExist
+}
+
+// cached is the cached tree of backup of server, nil when it is not.
+func (v *View) cached(server, backup string) *tree {
 	key := server + "/" + backup
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	for i, c := range v.trees {
 		if c.key == key {
 			copy(v.trees[1:i+1], v.trees[:i])
 			v.trees[0] = c
-			v.mu.Unlock()
-			return st, c.t, nil
+			return c.t
 		}
 	}
-	v.mu.Unlock()
+	return nil
+}
+
+// build builds the tree of backup of server from its manifest and caches
+// it.
+func (v *View) build(st *chunkstore.Store, server, backup string) (*chunkstore.Store, *tree, error) {
+	key := server + "/" + backup
 	m, err := st.Manifest(server, backup)
 	if errors.Is(err, chunkstore.ErrNotFound) {
 		return nil, nil, sandbox.ErrNotExist
@@ -209,6 +233,12 @@ func (v *View) Stat(ctx context.Context, fsys *sandbox.FS, server string, p Path
 	if p.Backup == "" {
 		return Info{name: path.Base("/" + v.Active(fsys)), mode: fs.ModeDir | 0o555, mtime: time.Now()}, nil
 	}
+	if d, ok := v.fromIndex(ctx, server, p); ok {
+		if d.info.name == "." {
+			d.info.name = p.Backup
+		}
+		return d.info, nil
+	}
 	_, t, n, err := v.lookup(ctx, fsys, server, p)
 	if err != nil {
 		return Info{}, err
@@ -226,6 +256,14 @@ func (v *View) List(ctx context.Context, fsys *sandbox.FS, server string, p Path
 	if p.Backup == "" {
 		return v.listBackups(ctx, server)
 	}
+	if d, ok := v.fromIndex(ctx, server, p); ok {
+		st, _ := v.src()
+		if st != nil {
+			if out, err := storedList(ctx, st, server, p.Backup, d); err == nil {
+				return out, nil
+			}
+		}
+	}
 	_, t, n, err := v.lookup(ctx, fsys, server, p)
 	if err != nil {
 		return nil, err
@@ -240,6 +278,36 @@ func (v *View) List(ctx context.Context, fsys *sandbox.FS, server string, p Path
 	}
 	return out, nil
 }
+
+// fromIndex finds the directory p in the stored index of its backup when
+// its tree is not cached (a cached tree answers at once); ok false when
+// the caller goes the tree's way: no such directory in the index (the
+// tree says what p is), no usable index, or an error (the tree's way
+// reports it).
+func (v *View) fromIndex(ctx context.Context, server string, p Path) (indexDir, bool) {
+	st, _ := v.src()
+	if st == nil || v.cached(server, p.Backup) != nil {
+		return indexDir{}, false
+	}
+	rel := path.Clean(p.Rel)
+	if strings.HasPrefix(rel, "../") || rel == ".." || strings.HasPrefix(rel, "/") {
+		return indexDir{}, false
+	}
+	mod, err := backupTime(ctx, st, server, p.Backup)
+	if err != nil {
+		return indexDir{}, false
+	}
+	d, found, ok := storedDir(ctx, st, server, p.Backup, rel, mod)
+	if !ok || !found {
+		return indexDir{}, false
+	}
+	v.indexed.Add(1)
+	return d, true
+}
+
+// IndexedLookups is how many Stat and List calls the stored indexes
+// answered (tests).
+func (v *View) IndexedLookups() int64 { return v.indexed.Load() }
 
 func (v *View) listBackups(ctx context.Context, server string) ([]Info, error) {
 	st, _ := v.src()

@@ -79,6 +79,9 @@ func (s *Store) GC() (int, error) {
 			return plan.removed, err
 		}
 	}
+	if err := s.sweepViewIndexes(ctx); err != nil {
+		return plan.removed, err
+	}
 	return plan.removed, nil
 }
 

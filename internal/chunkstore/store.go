@@ -14,6 +14,7 @@
 //	packs/<2 hex>/<32 hex>            a pack: blobs, their index, a trailer
 //	index/<32 hex>                    an index object: packs and their blobs
 //	snapshots/<server>/<backup>.json  a backup's manifest
+//	views/<server>/<backup>[.dirs]    its view index, when written (view.go)
 //	nodes/<node>                      a node's claim (nodes.go)
 //	ids/<32 hex>                      the repository's id, when shared (shared.go)
 //	locks/writers/<node>, locks/gc/<node>  leases of a shared repository
@@ -501,6 +502,11 @@ func (s *Store) Delete(server, backup string) error {
 	s.mu.Lock()
 	s.latest.dropBackup(server, backup)
 	s.mu.Unlock()
+	// The view index goes first: a crash in between leaves a backup
+	// without one (listed from its manifest), never an index of no backup.
+	if err := s.deleteViewIndex(ctx, server, backup); err != nil {
+		return err
+	}
 	return s.b.Delete(ctx, name)
 }
 

@@ -2,7 +2,9 @@ package chunkstore
 
 import (
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -59,4 +61,90 @@ func (s *Store) ReadChunks(cs []Chunk, limit int64) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// A backup's view index (issue 35 follow-up, "the first listing"): the
+// backups folder's directory listings of one backup, written by
+// internal/backupview after the backup's manifest, so that listing a
+// backup needs neither its manifest nor its chunks. It is two objects:
+// views/<server>/<backup>.dirs, the directories' listings, and
+// views/<server>/<backup>, the table naming them, stored in that order
+// after the manifest (a crash in between leaves a backup without a table:
+// the view builds its tree from the manifest, as for backups made before
+// it) and deleted in the reverse order before the manifest (Delete); ones
+// whose manifest is gone are removed by the GC.
+func viewIndexName(server, backup string) string {
+	return "views/" + server + "/" + backup
+}
+
+const viewDirsSuffix = ".dirs"
+
+// PutViewIndex stores the view index of backup of server: its listings
+// (dirs), then the table naming them. A backup deleted meanwhile keeps no
+// index (it is removed again).
+func (s *Store) PutViewIndex(ctx context.Context, server, backup string, table, dirs []byte) error {
+	if s.readOnly {
+		return errors.New("the repository is open read-only")
+	}
+	name := viewIndexName(server, backup)
+	if err := s.b.Put(ctx, name+viewDirsSuffix, dirs); err != nil {
+		return err
+	}
+	if err := s.b.Put(ctx, name, table); err != nil {
+		return err
+	}
+	if !s.exists(manifestName(server, backup)) {
+		_ = s.deleteViewIndex(ctx, server, backup)
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (s *Store) deleteViewIndex(ctx context.Context, server, backup string) error {
+	name := viewIndexName(server, backup)
+	if err := s.b.Delete(ctx, name); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, name+viewDirsSuffix)
+}
+
+// ViewIndex reads the table of the view index of backup of server; an
+// error for which errors.Is(err, fs.ErrNotExist) holds when the backup has
+// none.
+func (s *Store) ViewIndex(ctx context.Context, server, backup string) ([]byte, error) {
+	return s.b.Get(ctx, viewIndexName(server, backup), 0, -1)
+}
+
+// ViewIndexDirs reads length bytes at off of the listings of the view
+// index of backup of server.
+func (s *Store) ViewIndexDirs(ctx context.Context, server, backup string, off, length int64) ([]byte, error) {
+	return s.b.Get(ctx, viewIndexName(server, backup)+viewDirsSuffix, off, length)
+}
+
+// sweepViewIndexes deletes the view indexes whose backup has no manifest
+// (a Delete cut between its deletes, a backup deleted while its index was
+// written, a node of an older Wharf deleting a backup).
+func (s *Store) sweepViewIndexes(ctx context.Context) error {
+	views, err := s.b.List(ctx, "views/")
+	if err != nil || len(views) == 0 {
+		return err
+	}
+	snaps, err := s.b.List(ctx, "snapshots/")
+	if err != nil {
+		return err
+	}
+	have := make(map[string]struct{}, len(snaps))
+	for _, o := range snaps {
+		if srv, b, ok := manifestObject(o.Name); ok {
+			have[viewIndexName(srv, b)] = struct{}{}
+		}
+	}
+	for _, o := range views {
+		if _, ok := have[strings.TrimSuffix(o.Name, viewDirsSuffix)]; !ok {
+			if err := s.b.Delete(ctx, o.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -561,6 +561,18 @@ func TestBrowseBackupsS3Repository(t *testing.T) {
 	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), sortedIDs(id1, id2)) {
 		t.Fatalf("list /.backups: %s", body)
 	}
+	// The stored index of each backup is in the bucket (issue 35
+	// follow-up) beside its manifest; a directory of a backup lists.
+	for _, id := range []string{id1, id2} {
+		for _, key := range []string{"views/" + backupServer + "/" + id, "views/" + backupServer + "/" + id + ".dirs"} {
+			if r.getIfExists(t, key) == nil {
+				t.Fatalf("no %s in the bucket", key)
+			}
+		}
+	}
+	if code, l, body := n.list("/.backups/" + id2 + "/world"); code != 200 || !slices.Equal(names(l), []string{"r.bin"}) {
+		t.Fatalf("list of a backup's directory: %d %s", code, body)
+	}
 	if res, b := n.contents("/.backups/" + id1 + "/a.txt"); res.code != 200 || string(b) != "old a" {
 		t.Fatalf("old a.txt: %+v %q", res, b)
 	}
@@ -580,5 +592,73 @@ func TestBrowseBackupsS3Repository(t *testing.T) {
 	}
 	if _, l, body := n.list("/.backups"); !slices.Equal(names(l), []string{id2}) {
 		t.Fatalf("after the delete: %s", body)
+	}
+	if r.getIfExists(t, "views/"+backupServer+"/"+id1) != nil || r.getIfExists(t, "views/"+backupServer+"/"+id1+".dirs") != nil {
+		t.Fatal("the stored index of a deleted backup is still in the bucket")
+	}
+}
+
+// TestBrowseBackupsStoredIndexAfterRestart (issue 35 follow-up, "the first
+// listing"): after a restart of the daemon, a backup's directories are
+// listed from the index stored beside its manifest at backup time, with
+// the repository's packs moved away (no chunk is read); control: with
+// neither the index nor the packs the listing fails; a backup whose index
+// is gone (made before it) is listed from its manifest and chunks as
+// before, the same.
+func TestBrowseBackupsStoredIndexAfterRestart(t *testing.T) {
+	t.Parallel()
+	n, _, _, id1, _, _ := browseNode(t, 0)
+	repo := n.Config.BackupRepositoryPath()
+	if _, err := os.Stat(filepath.Join(repo, "views", backupServer, id1)); err != nil {
+		t.Fatalf("no index stored beside the backup: %v", err)
+	}
+	dirs := []string{"/.backups/" + id1, "/.backups/" + id1 + "/cfg", "/.backups/" + id1 + "/hostile"}
+	listAll := func() (map[string]string, bool) {
+		out := map[string]string{}
+		for _, d := range dirs {
+			code, _, body := n.list(d)
+			if code != 200 {
+				return nil, false
+			}
+			out[d] = string(body)
+		}
+		return out, true
+	}
+	packs, away := filepath.Join(repo, "packs"), filepath.Join(repo, "packs.away")
+	n.stop()
+	if err := os.Rename(packs, away); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	indexed, ok := listAll()
+	if !ok {
+		t.Fatalf("listing from the stored index after a restart failed\n%s", n.log)
+	}
+	for _, want := range []string{`"name":"escape"`, `"name":"a.txt"`, `"name":"cfg"`} {
+		if !strings.Contains(indexed[dirs[0]], want) {
+			t.Errorf("%s missing from the listing: %s", want, indexed[dirs[0]])
+		}
+	}
+	n.stop()
+	if err := os.RemoveAll(filepath.Join(repo, "views")); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	if _, ok := listAll(); ok {
+		t.Fatal("control: listing with neither the index nor the packs succeeded")
+	}
+	n.stop()
+	if err := os.Rename(away, packs); err != nil {
+		t.Fatal(err)
+	}
+	n.restart()
+	built, ok := listAll()
+	if !ok {
+		t.Fatalf("listing from the manifest failed\n%s", n.log)
+	}
+	for _, d := range dirs {
+		if indexed[d] != built[d] {
+			t.Errorf("%s: from the index %s\nfrom the manifest %s", d, indexed[d], built[d])
+		}
 	}
 }
