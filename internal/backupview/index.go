@@ -43,16 +43,27 @@ const (
 
 var errBadIndex = errors.New("view index damaged")
 
+// maxIndexEntries bounds the entries of a backup whose listings are stored
+// at backup time: building them holds the backup's whole tree (~0.5 KiB an
+// entry), and a backup's memory must not grow with the number of files
+// (issue 33 item 4: 200,000 empty files). The 1 GiB game-server tree has
+// ~33,000; a backup of more is listed from its manifest, as before.
+const maxIndexEntries = 50_000
+
 // WriteIndex builds and stores the view index of backup m of st, just
 // committed (the manifest Commit returned: it is not read again). Its cost
 // is one build of the tree (reading the chunks no indexed file covers), at
 // backup time.
+// A backup of more than maxIndexEntries entries gets none.
 func WriteIndex(ctx context.Context, st *chunkstore.Store, m chunkstore.Manifest) error {
 	mod, err := backupTime(ctx, st, m.Server, m.Backup)
 	if err != nil {
 		return err
 	}
-	t, err := buildTree(st, m)
+	t, err := buildTreeAtMost(st, m, maxIndexEntries)
+	if errors.Is(err, errTooManyEntries) {
+		return nil // listed from its manifest, as a backup without an index
+	}
 	if err != nil {
 		return err
 	}

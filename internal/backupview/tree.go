@@ -29,6 +29,8 @@ type tree struct {
 	created time.Time
 	starts  []int64 // starts[i]: offset of chunk i in the stream; starts[len] = size
 	nodes   map[string]*node
+	limit   int                // buildTreeAtMost: the most entries built before giving up (0: no limit)
+	over    bool               // more than limit entries were met
 	kids    map[string][]*node // directory path ("." the root) → entries, by name
 }
 
@@ -49,7 +51,16 @@ func (n *node) isDir() bool { return n.mode.IsDir() }
 
 // buildTree indexes backup m of st.
 func buildTree(st *chunkstore.Store, m chunkstore.Manifest) (*tree, error) {
-	t := &tree{m: m, created: m.Created, nodes: map[string]*node{}, kids: map[string][]*node{}}
+	return buildTreeAtMost(st, m, 0)
+}
+
+// errTooManyEntries: buildTreeAtMost met more entries than its limit.
+var errTooManyEntries = errors.New("the backup holds too many entries to index")
+
+// buildTreeAtMost is buildTree that gives up (errTooManyEntries) past
+// limit entries, so that what it holds stays bounded (0: no limit).
+func buildTreeAtMost(st *chunkstore.Store, m chunkstore.Manifest, limit int) (*tree, error) {
+	t := &tree{m: m, created: m.Created, nodes: map[string]*node{}, kids: map[string][]*node{}, limit: limit}
 	t.starts = make([]int64, len(m.Chunks)+1)
 	for i, c := range m.Chunks {
 		t.starts[i+1] = t.starts[i] + c.Len
@@ -66,6 +77,9 @@ func buildTree(st *chunkstore.Store, m chunkstore.Manifest) (*tree, error) {
 		}
 		t.add(&node{rel: rel, mode: fs.FileMode(f.Mode & 0o777), size: f.Size, mtime: time.Unix(0, f.MtimeNs),
 			entry: t.starts[f.First], end: t.starts[f.First+f.Count]})
+		if t.over {
+			return nil, errTooManyEntries
+		}
 	}
 	for i := 0; i < len(m.Chunks); {
 		if covered[i] {
@@ -78,6 +92,9 @@ func buildTree(st *chunkstore.Store, m chunkstore.Manifest) (*tree, error) {
 		}
 		if err := t.parseRun(st, i, j); err != nil {
 			return nil, err
+		}
+		if t.over {
+			return nil, errTooManyEntries
 		}
 		i = j
 	}
@@ -171,6 +188,9 @@ func (t *tree) add(n *node) {
 		return
 	}
 	t.nodes[n.rel] = n
+	if t.limit > 0 && len(t.nodes) > t.limit {
+		t.over = true
+	}
 	dir := parent(n.rel)
 	t.kids[dir] = append(t.kids[dir], n)
 	if _, ok := t.nodes[dir]; !ok {

@@ -336,6 +336,9 @@ func repositoryClaims(b *strings.Builder, c *config.Config) {
 		}
 	}
 	switch {
+	case len(others) > 0 && c.System.Backups.Repository.Shared:
+		fmt.Fprintf(b, "repository nodes: shared with %s (system.backups.repository.shared: true; a node that does not share it is refused)\n",
+			strings.Join(others, ", "))
 	case len(others) > 0:
 		setting := "system.backups.repository.path"
 		if c.System.Backups.Repository.S3.Enabled() {

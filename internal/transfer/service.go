@@ -375,6 +375,10 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 		defer end()
 	}
 	if err == nil {
+		// The server is whole: its transfer job ends before the panel is
+		// told, so that the panel's next action on it (a restore of a backup
+		// that came along, a start) does not find it still being transferred.
+		end()
 		err = svc.report(id, true)
 	}
 	defer func() {
