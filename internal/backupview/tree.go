@@ -132,6 +132,9 @@ func (t *tree) parseRun(st *chunkstore.Store, i, j int) error {
 				return err
 			}
 			prev = t.addHeader(h, base+start)
+			if t.over {
+				return errTooManyEntries
+			}
 		}
 		if cr.n == n0 {
 			break
