@@ -66,3 +66,28 @@ func TestStoredIndexRoundTrip(t *testing.T) {
 		t.Fatal("a file found as a directory")
 	}
 }
+
+// TestTreeGivesUpPastItsLimit: a tree built with a limit says so once it
+// holds more entries (buildTreeAtMost then stops with errTooManyEntries),
+// and one without a limit never does.
+func TestTreeGivesUpPastItsLimit(t *testing.T) {
+	mod := time.Unix(0, 0)
+	limited := &tree{nodes: map[string]*node{}, kids: map[string][]*node{}, created: mod, limit: 3}
+	free := &tree{nodes: map[string]*node{}, kids: map[string][]*node{}, created: mod}
+	for _, tr := range []*tree{limited, free} {
+		tr.nodes["."] = &node{rel: ".", mode: fs.ModeDir | 0o755, mtime: mod, entry: -1}
+		tr.add(&node{rel: "a", mode: 0o644, mtime: mod, entry: -1})
+		tr.add(&node{rel: "b", mode: 0o644, mtime: mod, entry: -1})
+	}
+	if limited.over {
+		t.Fatal("3 entries (with the root) are not over a limit of 3")
+	}
+	limited.add(&node{rel: "d/e", mode: 0o644, mtime: mod, entry: -1}) // and its directory d
+	free.add(&node{rel: "d/e", mode: 0o644, mtime: mod, entry: -1})
+	if !limited.over {
+		t.Fatal("5 entries are over a limit of 3")
+	}
+	if free.over {
+		t.Fatal("a tree without a limit is never over it")
+	}
+}

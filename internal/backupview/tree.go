@@ -49,16 +49,11 @@ type node struct {
 
 func (n *node) isDir() bool { return n.mode.IsDir() }
 
-// buildTree indexes backup m of st.
-func buildTree(st *chunkstore.Store, m chunkstore.Manifest) (*tree, error) {
-	return buildTreeAtMost(st, m, 0)
-}
-
 // errTooManyEntries: buildTreeAtMost met more entries than its limit.
 var errTooManyEntries = errors.New("the backup holds too many entries to index")
 
-// buildTreeAtMost is buildTree that gives up (errTooManyEntries) past
-// limit entries, so that what it holds stays bounded (0: no limit).
+// buildTreeAtMost indexes backup m of st, and gives up (errTooManyEntries)
+// past limit entries, so that what it holds stays bounded (0: no limit).
 func buildTreeAtMost(st *chunkstore.Store, m chunkstore.Manifest, limit int) (*tree, error) {
 	t := &tree{m: m, created: m.Created, nodes: map[string]*node{}, kids: map[string][]*node{}, limit: limit}
 	t.starts = make([]int64, len(m.Chunks)+1)

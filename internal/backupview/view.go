@@ -58,6 +58,8 @@ var (
 	ErrReadOnly = usererr.New(usererr.Forbidden, "The backups folder is read-only: to restore a file or a folder, move (rename) it out of the backups folder.")
 	// ErrLink: a symbolic link of a backup is never followed.
 	ErrLink = usererr.New(usererr.Invalid, "Symbolic links stored in a backup are not followed.")
+	// ErrTooLarge: a backup of more than maxViewEntries entries.
+	ErrTooLarge = usererr.New(usererr.TooLarge, "This backup holds more than 100,000 files and folders: it is too large to browse. Restore it whole instead.")
 	// ErrIntoView: a rename onto a name inside the view.
 	ErrIntoView = usererr.New(usererr.Forbidden, "Nothing can be moved into the backups folder: it is read-only.")
 )
@@ -162,6 +164,12 @@ func (v *View) cached(server, backup string) *tree {
 	return nil
 }
 
+// maxViewEntries bounds the entries of a backup the view builds a tree of
+// (~0.5 KiB an entry, and the last cachedTrees trees are kept): a server
+// that made millions of empty files cannot make browsing its backups cost
+// the node gigabytes. Such a backup is restored whole.
+const maxViewEntries = 100_000
+
 // build builds the tree of backup of server from its manifest and caches
 // it.
 func (v *View) build(st *chunkstore.Store, server, backup string) (*chunkstore.Store, *tree, error) {
@@ -173,7 +181,10 @@ func (v *View) build(st *chunkstore.Store, server, backup string) (*chunkstore.S
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := buildTree(st, m)
+	t, err := buildTreeAtMost(st, m, maxViewEntries)
+	if errors.Is(err, errTooManyEntries) {
+		return nil, nil, ErrTooLarge
+	}
 	if err != nil {
 		return nil, nil, err
 	}
