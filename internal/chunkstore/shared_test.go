@@ -40,6 +40,12 @@ func openShared(t *testing.T, dir, node string, ttl time.Duration) *Store {
 	return s
 }
 
+// crashChildLeaseTTL is the lease of the crash tests' children: short, so
+// the parent's collection soon sees a killed child's lease expire, yet
+// long enough that a renewal (every TTL/4) lands in time on a loaded CI
+// machine under the race detector (400 ms did not: ErrLeaseLost).
+const crashChildLeaseTTL = 2 * time.Second
+
 func readAll(t *testing.T, s *Store, server, backup string) []byte {
 	t.Helper()
 	m, err := s.Manifest(server, backup)
@@ -328,7 +334,7 @@ func TestSharedWriterWaitsForOtherNodesGC(t *testing.T) {
 
 // TestSharedCrashChild is node a of TestSharedKill9AtEveryStep (skipped
 // otherwise): it writes "new", deletes "mixed" and collects, in a shared
-// repository, with leases of 400 ms.
+// repository, with leases of crashChildLeaseTTL.
 func TestSharedCrashChild(t *testing.T) {
 	dir := os.Getenv("WHARF_CHUNKSTORE_SHARED_CRASH_DIR")
 	if dir == "" {
@@ -346,7 +352,7 @@ func TestSharedCrashChild(t *testing.T) {
 	}
 	s.SetShared("node-a")
 	s.mu.Lock()
-	s.shared.ttl, s.shared.skew = 400*time.Millisecond, 0
+	s.shared.ttl, s.shared.skew = crashChildLeaseTTL, 0
 	s.mu.Unlock()
 	s.SetPolicy(Policy{MaxUnusedPercent: 0})
 	_, _, fresh := crashStreams(t)
@@ -453,7 +459,7 @@ func checkShared(t *testing.T, s *Store, at int, want map[string][]byte) {
 
 // TestSharedWriterCrashChild is node b of TestSharedKill9WriterThenGC
 // (skipped otherwise): it writes a backup of several packs, with leases
-// of 400 ms, killed just before its n-th change.
+// of crashChildLeaseTTL, killed just before its n-th change.
 func TestSharedWriterCrashChild(t *testing.T) {
 	dir := os.Getenv("WHARF_CHUNKSTORE_SHARED_WRITER_DIR")
 	if dir == "" {
@@ -471,7 +477,7 @@ func TestSharedWriterCrashChild(t *testing.T) {
 	}
 	s.SetShared("node-b")
 	s.mu.Lock()
-	s.shared.ttl, s.shared.skew = 400*time.Millisecond, 0
+	s.shared.ttl, s.shared.skew = crashChildLeaseTTL, 0
 	s.mu.Unlock()
 	s.SetPolicy(Policy{NodeWideDedup: true})
 	if _, err := s.Write("srv-b", "bnew", bytes.NewReader(sharedWriterStream(t))); err != nil {
@@ -539,7 +545,7 @@ func TestSharedKill9WriterThenGC(t *testing.T) {
 		if err := a.Delete("srv", "mixed"); err != nil {
 			t.Fatal(err)
 		}
-		// The kill left b's lease behind (live for up to 400 ms; a
+		// The kill left b's lease behind (live for up to crashChildLeaseTTL; a
 		// collection beside a live lease is deferred:
 		// TestSharedGCDeferredByOtherNodesLease).
 		if objs, _ := a.b.List(context.Background(), writersPrefix); killed && len(objs) == 1 {
