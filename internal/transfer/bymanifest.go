@@ -161,41 +161,6 @@ func (svc *Service) sendSnapshot(t *Transfer, s *server.Server, url, token, repo
 	})
 }
 
-// pushForm posts the multipart form write makes, through a pipe; any
-// answer but 200 is a *StatusError.
-func pushForm(ctx context.Context, client *http.Client, url, token string, write func(*multipart.Writer) error) error {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	done := make(chan error, 1)
-	go func() {
-		err := write(mw)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, pipeBody{pr})
-	if err != nil {
-		pr.CloseWithError(err)
-		<-done
-		return err
-	}
-	req.Header.Set("Authorization", token)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	res, err := client.Do(req)
-	if err != nil {
-		pr.CloseWithError(err)
-		<-done
-		return err
-	}
-	defer res.Body.Close()
-	pr.CloseWithError(errAnswered)
-	werr := <-done
-	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-	if res.StatusCode != http.StatusOK {
-		return &StatusError{Code: res.StatusCode}
-	}
-	return werr
-}
-
 // snapshotExtractor is the target's side: it extracts the snapshot a
 // form's part names into dst and returns its checksum (hex), which the
 // form's `checksum` must then match.

@@ -54,11 +54,20 @@ var errAnswered = errors.New("the destination answered before the end of the arc
 // bytes, then what extra carries (backups, install log). Authorization
 // carries token exactly as given. Any answer but 200 is a *StatusError.
 func push(ctx context.Context, client *http.Client, url, token string, src *sandbox.FS, level int, progress func(archive.Progress), extra outgoing) error {
+	return pushForm(ctx, client, url, token, func(mw *multipart.Writer) error {
+		return writeForm(ctx, mw, src, level, progress, extra)
+	})
+}
+
+// pushForm posts the multipart form write makes, through a pipe (no
+// temporary file); the writer's goroutine is joined on every path. Any
+// answer but 200 is a *StatusError.
+func pushForm(ctx context.Context, client *http.Client, url, token string, write func(*multipart.Writer) error) error {
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	done := make(chan error, 1)
 	go func() {
-		err := writeForm(ctx, mw, src, level, progress, extra)
+		err := write(mw)
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -74,7 +83,7 @@ func push(ctx context.Context, client *http.Client, url, token string, src *sand
 	if err != nil {
 		pr.CloseWithError(err)
 		if werr := <-done; werr != nil && !errors.Is(werr, io.ErrClosedPipe) && ctx.Err() == nil && !errors.Is(werr, err) {
-			return fmt.Errorf("%w (while writing the archive: %v)", err, werr)
+			return fmt.Errorf("%w (while writing the form: %v)", err, werr)
 		}
 		return err
 	}
