@@ -136,7 +136,12 @@ type Server struct {
 	diskRefresh  time.Time
 	diskInFlight bool
 
-	onState func(uuid string, from, to State)
+	// transitions orders state changes with what they publish and
+	// record: two racing changes (a stop's stopping, the exit watcher's
+	// offline) reach sockets and the states file in the order they were
+	// made, so nobody is left seeing "stopping" after "offline".
+	transitions sync.Mutex
+	onState     func(uuid string, from, to State)
 }
 
 // containerRun is one attachment to the server's container.
@@ -319,6 +324,8 @@ func (s *Server) goServer(fn func()) bool {
 // and logged. It publishes `status`, and on reaching offline resets the usage
 // and publishes `stats`.
 func (s *Server) setState(to State) bool {
+	s.transitions.Lock()
+	defer s.transitions.Unlock()
 	s.mu.Lock()
 	from := s.state
 	if from == to {
