@@ -79,6 +79,7 @@ type Server struct {
 	startups  *startupGate
 	perServer *serverConns
 	sessions  atomic.Int64 // authenticated connections open now
+	readBufs  *readBufPool // the sessions' read buffers (readbuf.go)
 	// defaults stand in for limits a caller's configuration left at zero.
 	defaults config.SFTP
 }
@@ -94,6 +95,7 @@ func New(opts Options) *Server {
 	return &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
 		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
+		readBufs: newReadBufPool(),
 		defaults: config.Defaults().System.SFTP,
 	}
 }
@@ -313,7 +315,7 @@ func (s *Server) serveSFTP(sess *session, ch ssh.Channel) {
 		}
 	}()
 	h := &handlers{sess: sess, browse: s.opts.Browse}
-	rs := sftp.NewRequestServer(ch, sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
+	rs := sftp.NewRequestServer(newBufferedChannel(ch, s.readBufs), sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 	if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
 		s.log.Debug("SFTP session ended", "server", sess.srv.UUID(), "error", err)
 	}
