@@ -161,9 +161,14 @@ curl -sf --unix-socket "$sock" http://podman/v4.0.0/libpod/info | grep -q '"root
   echo "the service on $sock does not answer as a rootless engine"; tail -50 /tmp/wharf-ci-podman-rootless.log; exit 1; }
 
 echo "== the smoke test (cgroup $(stat -fc %T /sys/fs/cgroup): on v1 the test accepts docker.rootless_cgroup_v1_accepted)"
-if ! DOCKER_HOST="unix://$sock" WHARF_TEST_ENGINE=podman WHARF_REQUIRE_DOCKER=1 WHARF_TEST_ROOTLESS_USER="$user" \
-  go test -p 1 -count=1 -timeout 3m -run '^TestRootlessPodmanSmoke$' ./internal/e2e/; then
-  echo "the rootless smoke test failed; the engine's log:"; tail -30 /tmp/wharf-ci-podman-rootless.log; exit 1
+# -v, so that the log shows the test ran (PASS), not skipped.
+rc=0
+DOCKER_HOST="unix://$sock" WHARF_TEST_ENGINE=podman WHARF_REQUIRE_DOCKER=1 WHARF_TEST_ROOTLESS_USER="$user" \
+  go test -p 1 -count=1 -timeout 4m -v -run '^TestRootlessPodmanSmoke$' ./internal/e2e/ >/tmp/wharf-ci-rootless-test.log 2>&1 || rc=$?
+grep -E -- '^(--- |ok|FAIL|PASS)|_test\.go:[0-9]+:' /tmp/wharf-ci-rootless-test.log || true
+if [ "$rc" -ne 0 ] || ! grep -q -- '^--- PASS: TestRootlessPodmanSmoke' /tmp/wharf-ci-rootless-test.log; then
+  echo "the rootless smoke test failed or did not run (/tmp/wharf-ci-rootless-test.log); the engine's log:"
+  tail -30 /tmp/wharf-ci-podman-rootless.log; exit 1
 fi
 
 echo "== rootless Podman job done in $(( $(date +%s) - start )) s"
