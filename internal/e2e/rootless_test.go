@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -23,10 +24,11 @@ const rootlessUserEnv = "WHARF_TEST_ROOTLESS_USER"
 // TestRootlessPodmanSmoke (issue 37): with the documented setup
 // (docs/operations.md, "Rootless Podman"): system.username is the engine's
 // user, system.user.rootless.enabled with container ids 0, docker.host at
-// its socket, Wharf starts a server on rootless Podman, a console line
-// goes round over the websocket, a file written through the files API is
-// read back (and belongs to the engine's user on the host), and the
-// server stops. On a cgroup v1 host (this CI) rootless Podman drops every
+// its socket, Wharf installs a server on rootless Podman (the engine
+// mounts the install script's directory as its user), starts it, a
+// console line goes round over the websocket, a file written through the
+// files API is read back (and belongs to the engine's user on the host),
+// and the server stops. On a cgroup v1 host (this CI) rootless Podman drops every
 // limit, so the test sets docker.rootless_cgroup_v1_accepted: true, as an
 // operator of such a host would have to.
 //
@@ -43,6 +45,13 @@ func TestRootlessPodmanSmoke(t *testing.T) {
 		t.Fatalf("%s is set but %s is not podman", rootlessUserEnv, testimages.EngineEnv)
 	}
 	s := newGameServer(t)
+	testimages.Busybox(context.Background(), t)
+	// The install script's directory is mounted by the engine as its own
+	// user (issue 37: a root-owned 0700 directory failed every install).
+	s.InstallScript = &devpanel.InstallScript{
+		ContainerImage: "~" + testimages.BusyboxTag, Entrypoint: "sh",
+		Script: "echo installed-rootless > /mnt/server/installed.txt\n",
+	}
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{s}, mutate: func(c *config.Config) {
 		c.System.Username = name
 		c.System.User.Rootless = config.Rootless{Enabled: true, ContainerUID: 0, ContainerGID: 0}
@@ -60,6 +69,16 @@ func TestRootlessPodmanSmoke(t *testing.T) {
 	}
 	if strings.Contains(n.log.String(), "rootless engine: the operator must act") {
 		t.Errorf("the boot log says the operator must still act:\n%s", n.log.String())
+	}
+
+	if res, body := n.request("POST", "/api/servers/"+s.UUID+"/install", nil, ""); res.StatusCode != 202 {
+		t.Fatalf("install: %d %s", res.StatusCode, body)
+	}
+	if ok, _ := installStatus(t, n, s.UUID); !ok {
+		t.Fatalf("the install failed on rootless Podman\n%s", n.log)
+	}
+	if res, out := n.request("GET", "/api/servers/"+s.UUID+"/files/contents?file=installed.txt", nil, ""); res.StatusCode != 200 || string(out) != "installed-rootless\n" {
+		t.Fatalf("the installer's file: %d %q", res.StatusCode, out)
 	}
 
 	console := n.mustDial(t, s.UUID)
