@@ -255,9 +255,11 @@ func (s *Server) InstallAsync(reinstall bool) error {
 // scriptDirForEngine gives the install script directory to system.username
 // (still 0700) when the engine is rootless (issue 37): the engine mounts it
 // as its own user, system.username on a rootless node, who could not enter
-// a root-owned 0700 directory. It holds this server's script only.
+// a root-owned 0700 directory. It holds this server's script only. Not on
+// a rootful engine, even with system.user.rootless.enabled: there the
+// hardened installer runs as root without dac_override and must own it.
 func (s *Server) scriptDirForEngine(cfg *config.Config, dir string) error {
-	if !rootlessEngine(s.deps.Runtime, cfg) {
+	if !rootlessEngine(s.deps.Runtime) {
 		return nil
 	}
 	if err := os.Lchown(dir, cfg.System.User.UID, cfg.System.User.GID); err != nil {
@@ -266,13 +268,9 @@ func (s *Server) scriptDirForEngine(cfg *config.Config, dir string) error {
 	return nil
 }
 
-// rootlessEngine reports whether the servers' engine runs rootless, as the
-// engine says (runtime.EngineFactser) or as the configuration says
-// (system.user.rootless.enabled).
-func rootlessEngine(rt runtime.Runtime, cfg *config.Config) bool {
-	if cfg.System.User.Rootless.Enabled {
-		return true
-	}
+// rootlessEngine reports whether the servers' engine says it runs rootless
+// (runtime.EngineFactser).
+func rootlessEngine(rt runtime.Runtime) bool {
 	f, ok := rt.(runtime.EngineFactser)
 	return ok && f.Facts().Rootless
 }
