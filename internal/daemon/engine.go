@@ -3,8 +3,10 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/wharf/wharf/internal/config"
+	"github.com/wharf/wharf/internal/rootless"
 	"github.com/wharf/wharf/internal/runtime"
 )
 
@@ -28,9 +30,7 @@ func checkEngine(rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error
 	if !info.Rootless {
 		return nil
 	}
-	for _, need := range cfg.RootlessEngineNeeds() {
-		log.Warn("a rootless engine needs", "need", need)
-	}
+	prepareRootless(cfg, log)
 	if info.CgroupVersion != "1" {
 		return nil
 	}
@@ -39,4 +39,36 @@ func checkEngine(rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error
 	}
 	log.Warn("the container engine is rootless on cgroup v1: servers run WITHOUT memory, CPU and process limits (docker.rootless_cgroup_v1_accepted: true)")
 	return nil
+}
+
+// prepareRootless makes the directories Wharf mounts from enterable by a
+// rootless engine's user, where they are Wharf's own (rootless.Prepare),
+// and logs what the operator must still do (subuid/subgid, a parent
+// directory Wharf does not own, system.username). It does not stop the
+// boot: a server that cannot start says why then.
+func prepareRootless(cfg *config.Config, log *slog.Logger) {
+	host := cfg.Docker.Host
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	u, err := rootless.EngineUser(host)
+	if err != nil {
+		log.Warn("rootless engine: Wharf cannot prepare the node for it", "error", err)
+		for _, need := range cfg.RootlessEngineNeeds() {
+			log.Warn("a rootless engine needs", "need", need)
+		}
+		return
+	}
+	found, err := rootless.Prepare(cfg, u, rootless.Options{})
+	if err != nil {
+		log.Error("rootless engine: preparing the node failed", "error", err)
+	}
+	for _, f := range found {
+		switch f.Level {
+		case rootless.Fixed:
+			log.Info("rootless engine: prepared", "change", f.Text)
+		case rootless.Operator:
+			log.Warn("rootless engine: the operator must act", "problem", f.Text)
+		}
+	}
 }

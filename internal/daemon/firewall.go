@@ -143,6 +143,16 @@ type guardedRuntime struct {
 	log *slog.Logger
 }
 
+// Facts are the guarded runtime's engine facts (runtime.EngineFactser),
+// which the servers read (a rootless engine's install script directory,
+// issue 37); zero when it has none.
+func (g *guardedRuntime) Facts() runtime.EngineFacts {
+	if f, ok := g.Runtime.(runtime.EngineFactser); ok {
+		return f.Facts()
+	}
+	return runtime.EngineFacts{}
+}
+
 // Start starts the container only with the firewall's rules in place.
 func (g *guardedRuntime) Start(ctx context.Context, name string) error {
 	if err := g.fw.Ensure(); err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/wharf/wharf/internal/firewall"
 	"github.com/wharf/wharf/internal/hostinfo"
 	"github.com/wharf/wharf/internal/quota"
+	"github.com/wharf/wharf/internal/rootless"
 	wruntime "github.com/wharf/wharf/internal/runtime"
 )
 
@@ -189,6 +190,7 @@ func engineInfo(ctx context.Context, b *strings.Builder, opts Options, cfg *conf
 		for _, need := range cfg.RootlessEngineNeeds() {
 			fmt.Fprintf(b, "  - %s\n", need)
 		}
+		rootlessState(b, cfg)
 	}
 }
 
@@ -532,4 +534,19 @@ func entryLimitText(n int64) string {
 		return "none"
 	}
 	return fmt.Sprintf("%d", n)
+}
+
+// rootlessState is what rootless.Check finds on this node for the
+// rootless engine's user: what holds, what Wharf fixes at its next boot,
+// and what the operator must do (issue 37).
+func rootlessState(b *strings.Builder, cfg *config.Config) {
+	u, err := rootless.EngineUser(engineHost(cfg.Docker.Host))
+	if err != nil {
+		fmt.Fprintf(b, "PROBLEM: %v\n", err)
+		return
+	}
+	fmt.Fprintf(b, "on this node, for the engine's user (uid %d, gid %d):\n", u.UID, u.GID)
+	for _, f := range rootless.Check(cfg, u, rootless.Options{}) {
+		fmt.Fprintf(b, "  - %s\n", f)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wharf/wharf/internal/atomicfile"
+	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/consoletext"
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/runtime"
@@ -92,6 +93,9 @@ func (s *Server) runInstaller(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer os.RemoveAll(scriptDir)
+	if err := s.scriptDirForEngine(cfg, scriptDir); err != nil {
+		return false, err
+	}
 	body := strings.ReplaceAll(script.Script, "\r\n", "\n")
 	if err := atomicfile.WriteFile(filepath.Join(scriptDir, "install.sh"), []byte(body), 0o644); err != nil {
 		return false, err
@@ -246,4 +250,27 @@ func (s *Server) InstallAsync(reinstall bool) error {
 		return ErrDeleted
 	}
 	return nil
+}
+
+// scriptDirForEngine gives the install script directory to system.username
+// (still 0700) when the engine is rootless (issue 37): the engine mounts it
+// as its own user, system.username on a rootless node, who could not enter
+// a root-owned 0700 directory. It holds this server's script only. Not on
+// a rootful engine, even with system.user.rootless.enabled: there the
+// hardened installer runs as root without dac_override and must own it.
+func (s *Server) scriptDirForEngine(cfg *config.Config, dir string) error {
+	if !rootlessEngine(s.deps.Runtime) {
+		return nil
+	}
+	if err := os.Lchown(dir, cfg.System.User.UID, cfg.System.User.GID); err != nil {
+		return fmt.Errorf("giving the install script directory to system.username for the rootless engine: %w", err)
+	}
+	return nil
+}
+
+// rootlessEngine reports whether the servers' engine says it runs rootless
+// (runtime.EngineFactser).
+func rootlessEngine(rt runtime.Runtime) bool {
+	f, ok := rt.(runtime.EngineFactser)
+	return ok && f.Facts().Rootless
 }

@@ -73,12 +73,21 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runtime{
+	r := &Runtime{
 		cli:      cli,
 		log:      log.With("component", "docker"),
 		eng:      eng,
 		profiles: &seccompProfiles{dir: opts.StateDir},
-	}, nil
+	}
+	if eng.podman() && !eng.rootless {
+		rootless, err := r.podmanRootless(ctx)
+		if err != nil {
+			cli.Close()
+			return nil, fmt.Errorf("docker: engine at %s: %w", cli.DaemonHost(), err)
+		}
+		r.eng.rootless = rootless
+	}
+	return r, nil
 }
 
 // APIVersion returns the negotiated Docker API version.

@@ -166,10 +166,14 @@ func TestOOMKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Name() == EnginePodman && !st.OOMKilled && st.ExitCode == 137 {
-		// Podman 4.3 with cgroupfs on cgroup v1 does not tell an OOM kill
-		// from another SIGKILL (docs/compatibility.md).
-		t.Skipf("killed (137) but Podman does not report the OOM kill: %+v", st)
+	if r.Name() == EnginePodman && r.eng.cgroupV1 && !st.OOMKilled && st.ExitCode == 137 {
+		// Podman 4.3 on cgroup v1 (runc, cgroupfs) does not tell an OOM
+		// kill from another SIGKILL: State.OOMKilled stays false, its
+		// events have "died" and no "oom", and the container's memory
+		// cgroup (memory.oom_control's oom_kill count) is already removed
+		// when the wait returns, so Wharf cannot read it afterwards
+		// (docs/compatibility.md, "Issue 37: OOM kills on Podman").
+		t.Skipf("killed (137); Podman on cgroup v1 does not report OOM kills and removes the cgroup that counted it before the wait returns: %+v", st)
 	}
 	if !st.OOMKilled || st.ExitCode != 137 {
 		t.Errorf("after allocating past the limit: %+v, want OOM-killed with 137", st)

@@ -59,6 +59,24 @@ func detectEngine(ctx context.Context, cli *client.Client) (engine, error) {
 	return e, nil
 }
 
+// podmanRootless asks Podman's own /info whether it runs rootless: the
+// compatible /info of Podman 4.3.1 does not say so (its security options
+// lack "name=rootless" on a rootless service, seen on Debian's 4.3.1),
+// Podman's own has host.security.rootless.
+func (r *Runtime) podmanRootless(ctx context.Context) (bool, error) {
+	var info struct {
+		Host struct {
+			Security struct {
+				Rootless bool `json:"rootless"`
+			} `json:"security"`
+		} `json:"host"`
+	}
+	if err := r.libpodGet(ctx, "/info", &info); err != nil {
+		return false, fmt.Errorf("podman: info: %w", err)
+	}
+	return info.Host.Security.Rootless, nil
+}
+
 // engineName is EnginePodman when a component of the version answer is
 // Podman's engine, else EngineDocker.
 func engineName(v client.ServerVersionResult) string {

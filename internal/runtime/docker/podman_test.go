@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +176,65 @@ func TestAttachFailureNamesTheEngineError(t *testing.T) {
 	msg := err.Error()
 	if strings.Contains(msg, "unable to upgrade") || !strings.Contains(msg, "no such file or directory") && !strings.Contains(msg, "does not exist") {
 		t.Fatalf("error %q does not carry the engine's reason", err)
+	}
+}
+
+// podmanAnswers serves, on a unix socket, what rootless Podman 4.3.1 of
+// Debian answers to the requests of New (recorded on this host from a
+// `podman system service` run by an unprivileged user): its compatible
+// /info has no "name=rootless" security option; its own /libpod/info
+// says host.security.rootless (libpodRootless). It returns docker.host.
+func podmanAnswers(t *testing.T, libpodRootless bool) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "podman.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Api-Version", "1.41")
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/_ping"):
+			_, _ = io.WriteString(w, "OK")
+		case strings.HasSuffix(r.URL.Path, "/libpod/info"):
+			_ = json.NewEncoder(w).Encode(map[string]any{"host": map[string]any{
+				"cgroupVersion": "v1", "security": map[string]any{"rootless": libpodRootless, "seccompEnabled": true}}})
+		case strings.HasSuffix(r.URL.Path, "/version"):
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"Version": "4.3.1", "ApiVersion": "1.41", "MinAPIVersion": "1.24",
+				"Components": []map[string]string{{"Name": "Podman Engine", "Version": "4.3.1"}},
+			})
+		case strings.HasSuffix(r.URL.Path, "/info"):
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"ServerVersion": "4.3.1", "CgroupVersion": "1", "CgroupDriver": "cgroupfs", "Driver": "vfs",
+				"SecurityOptions": []string{"name=seccomp,profile=default"},
+			})
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	srv := &http.Server{Handler: mux}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return "unix://" + sock
+}
+
+// TestPodmanRootlessFromLibpodInfo: rootless Podman 4.3.1's compatible
+// /info does not say it is rootless; New asks Podman's own /info, so a
+// rootless Podman is known as one (and a rootful one, the control, is not).
+func TestPodmanRootlessFromLibpodInfo(t *testing.T) {
+	for _, rootless := range []bool{true, false} {
+		rt, err := New(context.Background(), Options{Host: podmanAnswers(t, rootless)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := rt.Facts()
+		rt.Close()
+		if f.Name != EnginePodman || f.Rootless != rootless || f.CgroupVersion != "1" {
+			t.Errorf("libpod rootless=%v: facts %+v", rootless, f)
+		}
 	}
 }

@@ -1,9 +1,14 @@
 package docker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/moby/moby/api/types/container"
@@ -23,6 +28,13 @@ func (r *Runtime) Stats(ctx context.Context, name string) (<-chan runtime.Stats,
 		cancel()
 		return nil, wrap("stats", name, err)
 	}
+	// Podman's compatible stats count the page cache in the usage and
+	// send no memory.stat counters to subtract (issue 37): Wharf reads
+	// them from the container's cgroup itself.
+	memStat := ""
+	if r.eng.podman() {
+		memStat = r.podmanMemoryStat(ctx, name)
+	}
 	ch := make(chan runtime.Stats)
 	go func() {
 		defer close(ch)
@@ -37,6 +49,9 @@ func (r *Runtime) Stats(ctx context.Context, name string) (<-chan runtime.Stats,
 			// A container that is not running yields zeroed samples.
 			if s.Read.IsZero() {
 				return
+			}
+			if memStat != "" {
+				addInactiveFile(&s.MemoryStats, memStat)
 			}
 			select {
 			case ch <- convertStats(&s):
@@ -103,4 +118,66 @@ func cpuAbsolute(s *container.StatsResponse) float64 {
 		return 0
 	}
 	return math.Round(cpuDelta/sysDelta*cpus*100*1000) / 1000
+}
+
+// cgroupRoot is where the host's cgroup filesystems are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// podmanMemoryStat is the memory.stat file of a Podman container's cgroup
+// (Podman's own inspect names the cgroup: State.CgroupPath), or "" when
+// there is none to read: a rootless engine on cgroup v1 has no cgroup of
+// its own per container, and a Wharf in a container may not see the
+// host's. The usage then stays the engine's figure, cache included.
+func (r *Runtime) podmanMemoryStat(ctx context.Context, name string) string {
+	var insp struct {
+		State struct {
+			CgroupPath string `json:"CgroupPath"`
+		} `json:"State"`
+	}
+	if err := r.libpodGet(ctx, "/containers/"+url.PathEscape(name)+"/json", &insp); err != nil || insp.State.CgroupPath == "" {
+		return ""
+	}
+	p := filepath.Join(cgroupRoot, insp.State.CgroupPath, "memory.stat")
+	if r.eng.cgroupV1 {
+		p = filepath.Join(cgroupRoot, "memory", insp.State.CgroupPath, "memory.stat")
+	}
+	if _, err := os.Stat(p); err != nil {
+		r.log.Debug("no memory.stat for the container: its memory usage includes the page cache", "container", name, "path", p)
+		return ""
+	}
+	return p
+}
+
+// addInactiveFile puts the inactive file cache of a cgroup's memory.stat
+// (total_inactive_file on v1, inactive_file on v2) into m.Stats under the
+// name memoryUsage subtracts, unless the engine sent it itself.
+func addInactiveFile(m *container.MemoryStats, path string) {
+	if _, ok := m.Stats["total_inactive_file"]; ok {
+		return
+	}
+	if _, ok := m.Stats["inactive_file"]; ok {
+		return
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || (key != "total_inactive_file" && key != "inactive_file") {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
+		if err != nil {
+			continue
+		}
+		if m.Stats == nil {
+			m.Stats = map[string]uint64{}
+		}
+		// v1 has both (inactive_file is the cgroup's own, without its
+		// children): total_inactive_file wins in memoryUsage.
+		m.Stats[key] = v
+	}
 }
