@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // crashBackend is the local backend of a child process that kills itself
@@ -138,7 +139,7 @@ func TestKill9AtEveryStep(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "WHARF_CHUNKSTORE_CRASH_DIR="+dir, "WHARF_CHUNKSTORE_CRASH_AT="+strconv.Itoa(at))
-		out, err := cmd.CombinedOutput()
+		out, err := runCrashChild(t, cmd)
 		var ee *exec.ExitError
 		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
 		if !killed {
@@ -199,5 +200,36 @@ func checkAfterCrash(t *testing.T, dir string, at int, want map[string][]byte) {
 				}
 			}
 		}
+	}
+}
+
+// crashChildBound is how long a crash test's child may run (seconds when
+// the machine is idle): a child that hangs fails the test with its
+// goroutines instead of holding the package until the test binary's
+// timeout.
+const crashChildBound = 5 * time.Minute
+
+// runCrashChild runs cmd and returns its combined output, like
+// CombinedOutput; a child still running after crashChildBound is sent
+// SIGQUIT (the Go runtime then prints every goroutine) and the test fails.
+func runCrashChild(t *testing.T, cmd *exec.Cmd) ([]byte, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	bound := time.NewTimer(crashChildBound)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		return out.Bytes(), err
+	case <-bound.C:
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		<-done
+		t.Fatalf("the child did not end within %s: %s", crashChildBound, out.Bytes())
+		return nil, nil
 	}
 }

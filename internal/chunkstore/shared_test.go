@@ -410,7 +410,7 @@ func TestSharedKill9AtEveryStep(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "WHARF_CHUNKSTORE_SHARED_CRASH_DIR="+dir, "WHARF_CHUNKSTORE_CRASH_AT="+strconv.Itoa(at))
-		out, err := cmd.CombinedOutput()
+		out, err := runCrashChild(t, cmd)
 		var ee *exec.ExitError
 		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
 		if !killed {
@@ -526,7 +526,7 @@ func TestSharedKill9WriterThenGC(t *testing.T) {
 		a.SetPolicy(Policy{MaxUnusedPercent: 0})
 		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedWriterCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "WHARF_CHUNKSTORE_SHARED_WRITER_DIR="+dir, "WHARF_CHUNKSTORE_CRASH_AT="+strconv.Itoa(at))
-		out, err := cmd.CombinedOutput()
+		out, err := runCrashChild(t, cmd)
 		var ee *exec.ExitError
 		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
 		if !killed {
