@@ -2,17 +2,20 @@ package e2e
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
@@ -281,5 +284,139 @@ func waitHeld(t *testing.T, h *holdS3, victim *s3Repo) {
 	case <-h.held:
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the victim made no request the proxy holds\n%s", victim.log)
+	}
+}
+
+// TestRepositorySharedKill9DuringTransferByManifest (issue 36): a transfer
+// by manifest between two real daemons sharing a bucket (leases of 8 s),
+// and a SIGKILL of either node in its middle. The target, killed while it
+// reads the snapshot's packs (a proxy holds its first read): the source's
+// transfer fails, its collection of the deleted snapshot is deferred while
+// the target's writer lease is live and runs once it expired (the
+// snapshot's own chunks leave the bucket), its backup restores exactly on
+// it, and after the target's restart a transfer goes by manifest with the
+// files exact. The source, killed while it writes the snapshot (its first
+// pack write held): the target keeps nothing, and after the source's
+// restart its backup restores exactly and the transfer goes by manifest
+// with the files exact. The control of each: at the kill, the killed
+// node's writer lease is in the bucket, and the step's result is not (the
+// source has no answer; no snapshot manifest).
+func TestRepositorySharedKill9DuringTransferByManifest(t *testing.T) {
+	store := objectstore.StartOrSkip(t)
+	for _, victim := range []string{"target", "source"} {
+		t.Run("kill-"+victim, func(t *testing.T) { transferKill9(t, store, victim) })
+	}
+}
+
+func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
+	id := "7a00003b-0000-4000-8000-00000000003b"
+	if victimName == "source" {
+		id = "7a00003c-0000-4000-8000-00000000003c"
+	}
+	hold := newHoldS3(t, store.URL)
+	prefix := "killx36-" + newBackupID()[:8] + "/"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
+		endpoint := store.URL
+		if name == victimName {
+			endpoint = hold.URL
+		}
+		cfg.Debug = true
+		cfg.Testing.RepositoryLeaseTTLMS = killLeaseTTLMS
+		cfg.System.Backups.Format = config.BackupFormatRepository
+		cfg.System.Backups.Repository.Shared = true
+		cfg.System.Backups.Repository.S3 = config.BackupRepositoryS3{
+			Endpoint: endpoint, Bucket: store.Bucket, Prefix: prefix, PathStyle: true,
+			AccessKeyID: store.Access, SecretAccessKey: store.Secret, MaxAttempts: 1,
+		}
+	})
+	repo := &s3Repo{store: store, prefix: prefix}
+	victim, survivor := c.Target, c.Source
+	if victimName == "source" {
+		victim, survivor = c.Source, c.Target
+	}
+	fill(t, c.Source, id, 16<<20)
+	b1 := newBackupID()
+	c.backupOnSource(t, id, b1)
+	atBackup := relTree(t, c.Source.dataDir(id))
+	writeFiles(t, c.Source.dataDir(id), map[string]string{"changed/after-backup.bin": randomBytes(1 << 20)})
+
+	if victimName == "target" {
+		hold.arm(func(r *http.Request) bool {
+			return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/packs/")
+		})
+	} else {
+		hold.arm(func(r *http.Request) bool {
+			return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/packs/")
+		})
+	}
+	c.startTransfer(id)
+	select {
+	case <-hold.held:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("the %s made no request the proxy holds\nSOURCE:\n%s\nTARGET:\n%s", victimName, c.Source.log, c.Target.log)
+	}
+	if repo.getIfExists(t, "locks/writers/"+victim.Config.UUID) == nil {
+		t.Fatalf("the control: the %s holds no writer lease at the kill", victimName)
+	}
+	if r := c.reports(c.Source, id); len(r) > 0 {
+		t.Fatalf("the control: the source reported %v before the kill", r)
+	}
+	snapshots := func() int {
+		n := 0
+		for k := range repo.objects(t) {
+			if strings.Contains(k, "/snapshots/"+id+"/transfer-") {
+				n++
+			}
+		}
+		return n
+	}
+	if victimName == "source" && snapshots() > 0 {
+		t.Fatal("the control: the snapshot's manifest is stored before the kill")
+	}
+	killedAt := len(survivor.log.String())
+	victim.kill9()
+	hold.arm(nil)
+
+	if victimName == "target" {
+		c.waitReports(c.Source, id, []string{"failure"}, 60*time.Second)
+		wait.For(t, 30*time.Second, func() bool {
+			return strings.Contains(c.Source.log.String()[killedAt:], "backup repository garbage collection deferred")
+		}, "the source's collection to be deferred by the killed target's lease\n%s", c.Source.log)
+		gc := regexp.MustCompile(`backup repository garbage collection" chunks_removed=[1-9]`)
+		wait.For(t, 90*time.Second, func() bool { return gc.MatchString(c.Source.log.String()[killedAt:]) },
+			"the source's collection to run once the target's lease expired\n%s", c.Source.log)
+		if exp, ok := repo.leaseExpiry(t, "writers", &s3Repo{node: victim}); ok && time.Now().Before(exp) {
+			t.Fatalf("the target's lease (expiry %v) had not expired when the source collected", exp)
+		}
+		if snapshots() != 0 {
+			t.Fatal("the transfer snapshot is still in the bucket")
+		}
+	} else {
+		survivor.assertGone(id)
+	}
+	victim.restart()
+	if victimName == "target" {
+		c.Target.assertGone(id)
+	}
+	// The source's backup restores exactly, and the transfer goes again.
+	if res, body := c.Source.request("POST", "/api/servers/"+id+"/backup/"+b1+"/restore", map[string]any{"adapter": "wings", "truncate_directory": true}, ""); res.StatusCode != 202 {
+		t.Fatalf("restore on the source: %d %s", res.StatusCode, body)
+	}
+	if call, ok := c.Panel.WaitForCall("POST", "/backups/"+b1+"/restore", 60*time.Second); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+		t.Fatalf("the restore on the source failed\n%s", c.Source.log)
+	}
+	if got := relTree(t, c.Source.dataDir(id)); !maps.Equal(got, atBackup) {
+		t.Fatalf("the source after the restore:\n%s", cmp.Diff(atBackup, got))
+	}
+	want := snap(t, c.Source.dataDir(id))
+	before := len(c.reports(c.Target, id))
+	c.startTransfer(id)
+	wait.For(t, 120*time.Second, func() bool { return len(c.reports(c.Target, id)) > before }, "the target's report")
+	if r := c.reports(c.Target, id); r[len(r)-1] != "success" {
+		t.Fatalf("the transfer after the restart: %v\nSOURCE:\n%s\nTARGET:\n%s", r, c.Source.log, c.Target.log)
+	}
+	c.Source.waitDaemonLog(`the target shares the backup repository: transfer by manifest`, 10*time.Second)
+	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
 	}
 }
