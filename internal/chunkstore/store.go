@@ -14,6 +14,7 @@
 //	packs/<2 hex>/<32 hex>            a pack: blobs, their index, a trailer
 //	index/<32 hex>                    an index object: packs and their blobs
 //	snapshots/<server>/<backup>.json  a backup's manifest
+//	snapshots/<server>/<backup>@<node>.json  a node's copy of one adopted from another (adopt.go)
 //	views/<server>/<backup>[.dirs]    its view index, when written (view.go)
 //	nodes/<node>                      a node's claim (nodes.go)
 //	ids/<32 hex>                      the repository's id, when shared (shared.go)
