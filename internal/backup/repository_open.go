@@ -81,6 +81,10 @@ func shareRepository(ctx context.Context, cfg *config.Config, st *chunkstore.Sto
 		return nil
 	}
 	st.SetShared(cfg.UUID)
+	if ms := cfg.Testing.RepositoryLeaseTTLMS; ms > 0 {
+		// End-to-end tests only (config.Testing): short leases, one clock.
+		st.SetLeaseTiming(time.Duration(ms)*time.Millisecond, 0)
+	}
 	if _, err := st.RepositoryID(ctx, true); err != nil {
 		return fmt.Errorf("%s: %w", repositorySetting(cfg), err)
 	}

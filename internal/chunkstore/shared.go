@@ -512,3 +512,14 @@ func (s *Store) gcLeaseValid(l *leaseHolder) error {
 	}
 	return nil
 }
+
+// SetLeaseTiming replaces the lease expiry and the clock skew bound of a
+// shared repository (after SetShared): for the end-to-end tests'
+// testing.repository_lease_ttl_ms, never for a production node.
+func (s *Store) SetLeaseTiming(ttl, skew time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shared != nil {
+		s.shared.ttl, s.shared.skew = ttl, skew
+	}
+}

@@ -14,6 +14,7 @@
 //	packs/<2 hex>/<32 hex>            a pack: blobs, their index, a trailer
 //	index/<32 hex>                    an index object: packs and their blobs
 //	snapshots/<server>/<backup>.json  a backup's manifest
+//	snapshots/<server>/<backup>@<node>.json  a node's copy of one adopted from another (adopt.go)
 //	views/<server>/<backup>[.dirs]    its view index, when written (view.go)
 //	nodes/<node>                      a node's claim (nodes.go)
 //	ids/<32 hex>                      the repository's id, when shared (shared.go)
@@ -427,8 +428,16 @@ func ChunkListSHA1(cs []Chunk) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Manifest reads the manifest of a backup of server, or ErrNotFound.
+// Manifest reads the manifest of a backup of server, or ErrNotFound. In
+// a shared repository, a backup this node adopted from another
+// (adopt.go) is found under its copy's name when the original is gone.
 func (s *Store) Manifest(server, backup string) (Manifest, error) {
+	_, m, err := s.ManifestRef(server, backup)
+	return m, err
+}
+
+// manifestAt reads the manifest stored under the name backup.
+func (s *Store) manifestAt(server, backup string) (Manifest, error) {
 	b, err := s.b.Get(context.Background(), manifestName(server, backup), 0, -1)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Manifest{}, ErrNotFound
@@ -492,8 +501,23 @@ func (s *Store) List() ([]Manifest, error) {
 	return out, nil
 }
 
-// Delete removes a backup's manifest; its blobs go at the next GC.
+// Delete removes a backup's manifest; its blobs go at the next GC. In a
+// shared repository this node's adopted copy (adopt.go) goes too.
 func (s *Store) Delete(server, backup string) error {
+	if a := s.adoptedName(backup); a != "" && s.exists(manifestName(server, a)) {
+		if err := s.deleteManifest(server, a); err != nil {
+			return err
+		}
+		if err := s.deleteManifest(server, backup); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	return s.deleteManifest(server, backup)
+}
+
+// deleteManifest removes the manifest stored under the name backup.
+func (s *Store) deleteManifest(server, backup string) error {
 	ctx := context.Background()
 	name := manifestName(server, backup)
 	if !s.exists(name) {

@@ -58,6 +58,7 @@ func TestDefaultsFillAbsentKeys(t *testing.T) {
 		"system.disk_check_interval":             {c.System.DiskCheckInterval, 5},
 		"system.disk_walk_interval":              {c.System.DiskWalkInterval, 150},
 		"system.disk_entry_limit":                {c.System.DiskEntryLimit, int64(500000)},
+		"testing.repository_lease_ttl_ms":        {c.Testing.RepositoryLeaseTTLMS, 0},
 	}
 	for key, v := range checks {
 		if v[0] != v[1] {
@@ -104,6 +105,9 @@ func TestValidationNamesTheKey(t *testing.T) {
 		{"engine tcp without port", func(c *Config) { c.Docker.Host = "tcp://10.0.0.5" }, "docker.host"},
 		{"engine over ssh", func(c *Config) { c.Docker.Host = "ssh://root@node" }, "docker.host"},
 		{"negative entry limit", func(c *Config) { c.System.DiskEntryLimit = -1 }, "system.disk_entry_limit"},
+		{"test lease too short", func(c *Config) { c.Testing.RepositoryLeaseTTLMS = 999 }, "testing.repository_lease_ttl_ms"},
+		{"negative test lease", func(c *Config) { c.Testing.RepositoryLeaseTTLMS = -1 }, "testing.repository_lease_ttl_ms"},
+		{"test lease over the default", func(c *Config) { c.Testing.RepositoryLeaseTTLMS = 60_001 }, "testing.repository_lease_ttl_ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,7 +15,16 @@ type Testing struct {
 	// SFTP activity records merge, so that a test need not wait for a
 	// minute to turn before it records.
 	ActivityMergeWindowS int `yaml:"activity_merge_window_s,omitempty" json:"activity_merge_window_s,omitempty"`
+	// RepositoryLeaseTTLMS, when > 0, replaces the 60 s expiry of a shared
+	// backup repository's leases (issue 36), and the clock skew bound of
+	// 30 s becomes 0 (the nodes of an end-to-end test share one clock), so
+	// that a test sees a killed node's lease expire within seconds.
+	RepositoryLeaseTTLMS int `yaml:"repository_lease_ttl_ms,omitempty" json:"repository_lease_ttl_ms,omitempty"`
 }
+
+// MinTestLeaseTTLMS is the shortest testing.repository_lease_ttl_ms: a
+// renewal every 250 ms still lands in time on a loaded machine.
+const MinTestLeaseTTLMS = 1000
 
 // TestRuntimeFake is the Testing.Runtime value of the in-memory runtime.
 const TestRuntimeFake = "fake"
@@ -32,5 +41,8 @@ func validateTesting(t Testing, bad func(key, reason string)) {
 	}
 	if t.ActivityMergeWindowS < 0 {
 		bad("testing.activity_merge_window_s", "must not be negative")
+	}
+	if t.RepositoryLeaseTTLMS != 0 && (t.RepositoryLeaseTTLMS < MinTestLeaseTTLMS || t.RepositoryLeaseTTLMS > 60_000) {
+		bad("testing.repository_lease_ttl_ms", "must be 0 (the default, 60 s) or 1000-60000: a lease is renewed every quarter of it")
 	}
 }

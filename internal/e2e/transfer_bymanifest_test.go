@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,8 +152,11 @@ func TestTransferByManifestFallsBack(t *testing.T) {
 // holding a transfer token) names a snapshot the target's repository does
 // not hold, another repository, a name that is a path, or a real snapshot
 // with a wrong checksum: the target refuses with 400 and keeps nothing of
-// the server. The control: the same form naming a real snapshot with its
-// checksum is accepted and the files arrive.
+// the server. Then the same for backups sent by reference (another
+// server's manifest, a path, a huge name, a manifest that does not exist,
+// ...): 400, nothing kept, no manifest adopted. The control: the same form
+// naming a real snapshot with its checksum, and a real backup, is
+// accepted, the files arrive and the backup is adopted.
 func TestTransferByManifestRefusesHostileReferences(t *testing.T) {
 	const id = "7a000038-0000-4000-8000-000000000038"
 	store := objectstore.StartOrSkip(t)
@@ -196,12 +200,59 @@ func TestTransferByManifestRefusesHostileReferences(t *testing.T) {
 		}
 		c.Target.assertGone(id)
 	}
-	status, msg := c.postForm(id, [][2]string{{"repository_snapshot", ref(repoID, snapshot)}, {"checksum", m.SHA1}})
+	// Backups by reference (backuprefs.go): another server's manifest, a
+	// path, a huge name, a manifest that does not exist, another backup's
+	// manifest, a wrong checksum, another repository: each refused with
+	// 400, the server not kept, no copy adopted.
+	other, otherBackup := "7a0000ff-0000-4000-8000-0000000000ff", newBackupID()
+	if _, err := store.Client.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(store.Bucket), Key: aws.String(prefix + "snapshots/" + other + "/" + otherBackup + ".json"), Body: bytes.NewReader(manifest),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bref := func(repo, name, sum string) string {
+		return `{"repository":"` + repo + `","manifest":"` + name + `","checksum":"` + sum + `"}`
+	}
+	adopted := func() []string {
+		var out []string
+		for k := range repo.objects(t) {
+			if strings.Contains(k, "@") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	good := [][2]string{{"repository_snapshot", ref(repoID, snapshot)}, {"checksum", m.SHA1}}
+	for _, tt := range []struct{ what, part, ref, msg string }{
+		{"another server's manifest", otherBackup, bref(repoID, otherBackup, m.SHA1), "names no backup of this server"},
+		{"a path", otherBackup, bref(repoID, "../"+other+"/"+otherBackup, m.SHA1), "not a backup reference"},
+		{"a path after the id", backupID, bref(repoID, backupID+"@../../"+other+"/"+otherBackup, m.SHA1), "not a backup reference"},
+		{"a huge name", backupID, bref(repoID, backupID+"@"+strings.Repeat("n", 1<<20), m.SHA1), "not a backup reference"},
+		{"a manifest that does not exist", backupID, bref(repoID, backupID+"@no-such-node", m.SHA1), "names no backup of this server"},
+		{"another backup's manifest", newBackupID(), bref(repoID, backupID, m.SHA1), "not a backup reference"},
+		{"a wrong checksum", backupID, bref(repoID, backupID, strings.Repeat("0", 40)), "names no backup of this server"},
+		{"another repository", backupID, bref(strings.Repeat("0", 32), backupID, m.SHA1), "not the shared repository"},
+	} {
+		status, msg := c.postForm(id, append(slices.Clone(good), [2]string{"repository_backup_" + tt.part, tt.ref}))
+		if status != 400 || !strings.Contains(msg, tt.msg) {
+			t.Fatalf("backup reference, %s: %d %q, want 400 naming %q", tt.what, status, msg, tt.msg)
+		}
+		c.Target.assertGone(id)
+		if a := adopted(); len(a) > 0 {
+			t.Fatalf("backup reference, %s: adopted %v", tt.what, a)
+		}
+	}
+	// The control: the same form with a real reference is accepted, and
+	// the backup adopted.
+	status, msg := c.postForm(id, append(slices.Clone(good), [2]string{"repository_backup_" + backupID, bref(repoID, backupID, m.SHA1)}))
 	if status != 200 {
-		t.Fatalf("the control, a real snapshot: %d %q", status, msg)
+		t.Fatalf("the control, a real snapshot and backup reference: %d %q", status, msg)
 	}
 	if diff := cmp.Diff(want, snap(t, c.Target.dataDir(id))); diff != "" {
 		t.Fatalf("tree differs (-source +target):\n%s", diff)
+	}
+	if a := adopted(); len(a) != 1 || !strings.Contains(a[0], "/snapshots/"+id+"/"+backupID+"@") {
+		t.Fatalf("the control's backup adopted as %v", a)
 	}
 }
 

@@ -120,6 +120,7 @@ func (svc *Service) byManifest(t *Transfer, s *server.Server, url, token string,
 		}
 	}
 	if err == nil {
+		extra = svc.asReferences(t.server, mine, extra, log)
 		err = svc.sendSnapshot(t, s, url, token, mine, extra, tl)
 	}
 	if t.ctx.Err() != nil && err != nil {
@@ -145,7 +146,7 @@ func (svc *Service) sendSnapshot(t *Transfer, s *server.Server, url, token, repo
 	}
 	tl.msg("Sending the snapshot's name to destination...")
 	ref, _ := json.Marshal(snapshotRef{Repository: repo, Snapshot: name})
-	return pushForm(t.ctx, svc.opts.Client, url, token, func(mw *multipart.Writer) error {
+	err = pushForm(t.ctx, svc.opts.Client, url, token, func(mw *multipart.Writer) error {
 		if err := mw.WriteField(partRepository, string(ref)); err != nil {
 			return err
 		}
@@ -154,11 +155,20 @@ func (svc *Service) sendSnapshot(t *Transfer, s *server.Server, url, token, repo
 				return err
 			}
 		}
+		if err := extra.writeRefs(mw); err != nil {
+			return err
+		}
 		if err := extra.write(t.ctx, mw); err != nil {
 			return err
 		}
 		return mw.Close()
 	})
+	if err == nil {
+		// Before the snapshot's deletion above: its collection then runs
+		// with these copies gone too.
+		svc.forgetTravelled(t.server, extra)
+	}
+	return err
 }
 
 // snapshotExtractor is the target's side: it extracts the snapshot a

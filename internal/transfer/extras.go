@@ -111,6 +111,11 @@ type extras struct {
 	// snapshot extracts a transfer snapshot from the shared repository
 	// (bymanifest.go); nil when this node has none.
 	snapshot snapshotExtractor
+	// Backups sent by reference (backuprefs.go): the server they are
+	// adopted for, the references checked, the adopter (nil: refused).
+	server  string
+	refs    map[string]backupRef
+	adopter backupAdopter
 }
 
 func newExtras(backupDir string, log *slog.Logger) *extras {
@@ -146,6 +151,8 @@ var ErrNotABackup = errors.New("a backup the transfer carries is not a tar.gz ar
 func (x *extras) part(ctx context.Context, p *multipart.Part) error {
 	name := p.FormName()
 	switch {
+	case strings.HasPrefix(name, partBackupRef):
+		return x.stageRef(ctx, p)
 	case strings.HasPrefix(name, partBackup):
 		id, ok := backupPartID(name, partBackup)
 		if !ok {
@@ -185,7 +192,10 @@ func (x *extras) stageBackup(ctx context.Context, id string, r io.Reader) error 
 	if _, dup := x.backups[id]; dup {
 		return fmt.Errorf("%w: backup %s sent twice", ErrBadForm, id)
 	}
-	if len(x.backups) >= x.maxBackups {
+	if _, dup := x.refs[id]; dup {
+		return fmt.Errorf("%w: backup %s sent twice", ErrBadForm, id)
+	}
+	if len(x.backups)+len(x.refs) >= x.maxBackups {
 		return fmt.Errorf("%w: %w (%d)", ErrBadForm, ErrTooManyBackups, x.maxBackups)
 	}
 	if err := os.MkdirAll(x.backupDir, 0o700); err != nil {
@@ -268,10 +278,13 @@ func (x *extras) verify() error {
 // commit puts the backups and the install log in place for server. A
 // backup that cannot be put in place fails the transfer; the install log
 // is kept when possible (as Pelican Wings, it never fails a transfer).
-func (x *extras) commit(server, logDir string) error {
+func (x *extras) commit(ctx context.Context, server, logDir string) error {
+	cfg := &config.Config{}
+	cfg.System.BackupDirectory, cfg.System.Backups.Layout = x.backupDir, x.layout
+	if err := x.adoptRefs(ctx, func(id string) bool { return alreadyHere(cfg, server, id) }); err != nil {
+		return err
+	}
 	for id, b := range x.backups {
-		cfg := &config.Config{}
-		cfg.System.BackupDirectory, cfg.System.Backups.Layout = x.backupDir, x.layout
 		if alreadyHere(cfg, server, id) {
 			x.log.Warn("a backup a transfer brought is already on this node; keeping the one here", "server", server, "backup", id)
 		} else if _, err := backup.CommitLocal(cfg, server, id, b.tmp); err != nil {
@@ -352,7 +365,8 @@ func (b localBackup) reader(ctx context.Context) (io.ReadCloser, error) {
 // outgoing is what a source sends after the archive and its checksums.
 type outgoing struct {
 	backups    []localBackup
-	installLog string // its path; a missing log is not sent
+	refs       []refBackup // sent by reference (backuprefs.go)
+	installLog string      // its path; a missing log is not sent
 	// onBackup, when set, is called before each backup is sent.
 	onBackup func(n int, id string)
 }

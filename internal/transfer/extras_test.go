@@ -66,7 +66,7 @@ func TestPushCarriesBackupsAndInstallLog(t *testing.T) {
 		defer x.discard()
 		err = receive(r.Context(), mr, newFS(t, dstDir), archive.ExtractOptions{}, x)
 		if err == nil {
-			err = x.commit(testServer, logs)
+			err = x.commit(context.Background(), testServer, logs)
 		}
 		parts = partNames(t, r.Header.Get("Content-Type"), copyBuf.Bytes())
 		if err != nil {
@@ -147,7 +147,7 @@ func TestReceiveBackupParts(t *testing.T) {
 			x := newExtras(dir, slog.Default())
 			err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x)
 			if err == nil {
-				err = x.commit(testServer, t.TempDir())
+				err = x.commit(context.Background(), testServer, t.TempDir())
 			}
 			x.discard()
 			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
@@ -299,7 +299,7 @@ func TestReceivedBackupNeverReplaces(t *testing.T) {
 	if err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.commit(testServer, t.TempDir()); err != nil {
+	if err := x.commit(context.Background(), testServer, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := os.ReadFile(existing); string(got) != "theirs" {
@@ -359,7 +359,7 @@ func TestPushStreamedBackup(t *testing.T) {
 				defer x.discard()
 				err = receive(r.Context(), mr, newFS(t, t.TempDir()), archive.ExtractOptions{}, x)
 				if err == nil {
-					err = x.commit(testServer, t.TempDir())
+					err = x.commit(context.Background(), testServer, t.TempDir())
 				}
 				if err != nil {
 					http.Error(w, err.Error(), 400)
@@ -469,7 +469,7 @@ func TestReceiveBackupBounds(t *testing.T) {
 			x.setBounds(c.maxBackups, c.maxSize, c.disk)
 			err := receive(context.Background(), multipart.NewReader(bytes.NewReader(body), boundary), newFS(t, t.TempDir()), archive.ExtractOptions{}, x)
 			if err == nil {
-				err = x.commit(testServer, t.TempDir())
+				err = x.commit(context.Background(), testServer, t.TempDir())
 			}
 			x.discard()
 			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {

@@ -462,6 +462,10 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	extra := newExtras(cfg.System.BackupDirectory, svc.opts.Log)
 	extra.layout = cfg.System.Backups.Layout
 	extra.snapshot = svc.extractorFor(t.server)
+	extra.server = t.server
+	if svc.opts.Backups != nil {
+		extra.adopter = svc.opts.Backups
+	}
 	extra.setBounds(cfg.System.Transfers.MaxBackups, cfg.System.Transfers.MaxBackupSize, s.Files().DiskLimit())
 	defer extra.discard()
 	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {
@@ -473,7 +477,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	if err := s.CreateContainer(t.ctx); err != nil {
 		return fmt.Errorf("creating the container: %w", err)
 	}
-	return extra.commit(t.server, cfg.System.LogDirectory)
+	return extra.commit(t.ctx, t.server, cfg.System.LogDirectory)
 }
 
 // Stages recorded in the marker of a transfer.
