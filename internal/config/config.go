@@ -261,6 +261,13 @@ type Docker struct {
 	// memory, CPU and process limit. Off: Wharf refuses to start servers
 	// there, naming the reason.
 	RootlessCgroupV1Accepted bool `yaml:"rootless_cgroup_v1_accepted" json:"rootless_cgroup_v1_accepted"`
+
+	// RootlessWithoutFirewallAccepted lets Wharf start servers on a
+	// rootless engine, whose bridge lives in the engine's own network
+	// namespace and leaves through slirp4netns: Wharf's firewall
+	// (neighbour isolation, blocked destinations, force_outgoing_ip)
+	// does not see that traffic. Off: Wharf refuses, naming the reason.
+	RootlessWithoutFirewallAccepted bool `yaml:"rootless_without_firewall_accepted" json:"rootless_without_firewall_accepted"`
 }
 
 // DockerNetwork configures the node's container network.

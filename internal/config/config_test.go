@@ -165,6 +165,9 @@ func TestSaveRoundTripAndMode(t *testing.T) {
 // is off by default.
 func TestEngineHostDefaultAndAccepted(t *testing.T) {
 	d := Defaults()
+	if d.Docker.RootlessWithoutFirewallAccepted {
+		t.Fatal("defaults: rootless_without_firewall_accepted is true; want false")
+	}
 	if d.Docker.Host != "" || d.Docker.RootlessCgroupV1Accepted {
 		t.Fatalf("defaults: host %q, rootless_cgroup_v1_accepted %v; want empty and false", d.Docker.Host, d.Docker.RootlessCgroupV1Accepted)
 	}

@@ -16,8 +16,15 @@ import (
 const errRootlessCgroupV1 = "the container engine runs rootless on a cgroup v1 host, where it silently drops every memory, CPU and process limit of the servers: " +
 	"boot the host on cgroup v2 (systemd.unified_cgroup_hierarchy=1), run the engine as root, or set docker.rootless_cgroup_v1_accepted: true to accept servers without those limits"
 
-// checkEngine logs what the engine is and refuses a rootless engine on
-// cgroup v1 unless the operator accepted it; a rootless engine also gets
+// errRootlessFirewall is the boot error on a rootless engine (issue 37):
+// the servers' traffic never crosses the host's nftables rules.
+const errRootlessFirewall = "the container engine runs rootless: its bridge lives in the engine's own network namespace and its traffic leaves through slirp4netns, " +
+	"where Wharf's firewall does not apply (servers could reach each other's unpublished ports, the cloud's metadata endpoint and the node's private networks; force_outgoing_ip is ignored): " +
+	"run the engine as root, or set docker.rootless_without_firewall_accepted: true to accept servers without those protections"
+
+// checkEngine logs what the engine is and refuses a rootless engine (no
+// firewall) and a rootless engine on cgroup v1 (no limits) unless the
+// operator accepted each; a rootless engine also gets
 // the list of what it needs (Config.RootlessEngineNeeds) in the log.
 func checkEngine(rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error {
 	d, ok := rt.(runtime.EngineFactser)
@@ -31,6 +38,10 @@ func checkEngine(rt runtime.Runtime, cfg *config.Config, log *slog.Logger) error
 		return nil
 	}
 	prepareRootless(cfg, log)
+	if !cfg.Docker.RootlessWithoutFirewallAccepted {
+		return fmt.Errorf("%s", errRootlessFirewall)
+	}
+	log.Warn("the container engine is rootless: servers run WITHOUT Wharf's firewall (neighbour isolation, blocked destinations; docker.rootless_without_firewall_accepted: true)")
 	if info.CgroupVersion != "1" {
 		return nil
 	}

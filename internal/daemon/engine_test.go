@@ -62,6 +62,7 @@ func TestRootlessCgroupV1Refused(t *testing.T) {
 	cfg := config.Defaults()
 	cfg.PlaceUnder(t.TempDir())
 	cfg.Docker.Host = rootlessEngine(t, "1")
+	cfg.Docker.RootlessWithoutFirewallAccepted = true // TestRootlessWithoutFirewallRefused
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	rt, err := newRuntime(context.Background(), cfg, log)
@@ -90,4 +91,30 @@ func TestRootlessCgroupV1Refused(t *testing.T) {
 		t.Fatalf("rootless on cgroup v2: %v", err)
 	}
 	_ = rt.(interface{ Close() error }).Close()
+}
+
+// TestRootlessWithoutFirewallRefused: a rootless engine (on cgroup v2,
+// so the limits are there) stops the boot with an error that names the
+// protections it lacks and the override; the override lets it through
+// with a warning at every boot.
+func TestRootlessWithoutFirewallRefused(t *testing.T) {
+	cfg := config.Defaults()
+	cfg.PlaceUnder(t.TempDir())
+	cfg.Docker.Host = rootlessEngine(t, "2")
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	rt, err := newRuntime(context.Background(), cfg, log)
+	if err == nil || !strings.Contains(err.Error(), "metadata endpoint") || !strings.Contains(err.Error(), "docker.rootless_without_firewall_accepted") {
+		t.Fatalf("newRuntime = %v, %v; want the rootless firewall refusal", rt, err)
+	}
+	cfg.Docker.RootlessWithoutFirewallAccepted = true
+	logs.Reset()
+	rt, err = newRuntime(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatalf("with the override: %v", err)
+	}
+	_ = rt.(interface{ Close() error }).Close()
+	if !strings.Contains(logs.String(), "WITHOUT Wharf's firewall") {
+		t.Errorf("no warning with the override:\n%s", logs.String())
+	}
 }

@@ -179,6 +179,11 @@ func engineInfo(ctx context.Context, b *strings.Builder, opts Options, cfg *conf
 	fmt.Fprintf(b, "cgroup:         v%s, driver %s\n", info.CgroupVersion, info.CgroupDriver)
 	fmt.Fprintf(b, "containers:     %d (%d running)\n", info.Containers, info.Running)
 	if info.Rootless && cfg != nil {
+		if cfg.Docker.RootlessWithoutFirewallAccepted {
+			b.WriteString("WARNING: rootless: servers run without Wharf's firewall (neighbour isolation, blocked destinations) (docker.rootless_without_firewall_accepted: true)\n")
+		} else {
+			b.WriteString("PROBLEM: rootless: Wharf refuses to boot (its firewall does not see the engine's slirp4netns traffic); see docker.rootless_without_firewall_accepted\n")
+		}
 		if info.CgroupVersion == "1" {
 			if cfg.Docker.RootlessCgroupV1Accepted {
 				b.WriteString("WARNING: rootless on cgroup v1: servers run without memory, CPU and process limits (docker.rootless_cgroup_v1_accepted: true)\n")
