@@ -68,11 +68,12 @@ func (svc *Service) negotiate(ctx context.Context, url, token string) (o Offer, 
 }
 
 // chooseVersion is the newest version of the offer this build speaks, 0
-// when none.
+// when none; never the version of transfers by manifest, which only a
+// target sharing the repository gets (liveManifestRepo).
 func chooseVersion(o Offer) int {
 	best := 0
 	for _, v := range o.Versions {
-		if o.Protocol == LiveProtocol && SpeaksLive(v) {
+		if o.Protocol == LiveProtocol && SpeaksLive(v) && v != liveManifestVersion {
 			best = max(best, v)
 		}
 	}
@@ -133,6 +134,10 @@ type liveSender struct {
 	// as hard link records. It is emptied at every pass.
 	firsts map[fileID]string
 	sent   atomic.Int64 // file bytes sent
+	// snap (version 5) is the transfer snapshot the stream names, whose
+	// seeded files (seeded bytes) are in the index before the first pass.
+	snap   *liveSnapshot
+	seeded atomic.Int64
 	sparse atomic.Int64 // files sent as data extents
 	links  atomic.Int64 // hard link records sent
 	pass   atomic.Int64
@@ -564,13 +569,26 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
 	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
+	if version == liveManifestVersion {
+		repo, ok := svc.opts.Backups.SharedRepositoryID(ctx)
+		if !ok {
+			return errors.New("the shared backup repository cannot be read")
+		}
+		snap, err := svc.writeLiveSnapshot(passCtx, s, ls, repo, tl)
+		defer svc.deleteLiveSnapshot(t.server, snap)
+		if err != nil {
+			return err
+		}
+		ls.snap = snap
+	}
 	cw, err := newChunkWriter(compression, link)
 	if err != nil {
 		return err
 	}
 	ls.rw, ls.cw = &recWriter{w: cw}, cw
 	defer svc.everyProgressInterval(func() {
-		tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
+		done := ls.sent.Load() + ls.seeded.Load()
+		tl.msg("Uploading " + progressBar(done, max(total, done)) + phaseNote(ls.pass.Load(), ls.phase.Load()))
 	})()
 
 	done := make(chan error, 1)
@@ -644,9 +662,18 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 		// Each pass says when it begins: a short pass may end before the
 		// first progress tick.
 		tl.msg("Sending the files" + phaseNote(int64(pass), phaseOnline) + "...")
-		if pass == 1 {
+		switch {
+		case pass == 1 && ls.snap != nil:
+			// The target holds the seeded files once it has the
+			// snapshot: the first pass sends what the index lacks.
+			if err = ls.sendSnapshot(); err == nil {
+				if tree, err = ls.scan(); err == nil {
+					err = ls.send(tree, pass, phaseOnline)
+				}
+			}
+		case pass == 1:
 			err = ls.sendAll(pass)
-		} else {
+		default:
 			err = ls.send(tree, pass, phaseOnline)
 		}
 		if err != nil {

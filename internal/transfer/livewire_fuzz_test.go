@@ -626,8 +626,8 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 			t.Errorf("offer %v: version %d, want %d", tc.offer, got, tc.want)
 		}
 	}
-	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3, 4}) {
-		t.Errorf("this build offers %v, want [2 3 4]", got)
+	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3, 4, 5}) {
+		t.Errorf("this build offers %v, want [2 3 4 5]", got)
 	}
 
 	v2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
