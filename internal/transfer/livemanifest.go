@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"path"
 	"slices"
 	"sync"
@@ -282,5 +285,51 @@ func (a *applier) prune() error {
 		}
 	}
 	a.seeding, a.keep = false, nil
+	if a.restored != nil {
+		a.restored()
+	}
 	return nil
+}
+
+// LiveRestoredHeader marks the informational answer (102) by which the
+// target of a version-5 stream tells the source that it holds the
+// snapshot's files: the source stops the server only after it (the
+// stream itself carries nothing back).
+const LiveRestoredHeader = "X-Wharf-Live-Restored"
+
+// maxRestoreWait bounds the source's wait for the target's restore of the
+// snapshot (an intermediary that drops informational answers must not
+// hold the transfer forever): past it, the source goes on as if told.
+const maxRestoreWait = time.Hour
+
+// restoredTrace is a client trace that closes the returned channel at the
+// target's informational answer that the snapshot is restored.
+func restoredTrace() (*httptrace.ClientTrace, <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusProcessing && h.Get(LiveRestoredHeader) != "" {
+			once.Do(func() { close(ch) })
+		}
+		return nil
+	}}, ch
+}
+
+// waitRestored sends what is buffered and waits until the target says it
+// holds the snapshot's files (the server keeps running meanwhile), the
+// stream ends, or maxRestoreWait passed.
+func (svc *Service) waitRestored(ls *liveSender, tl transferLog) error {
+	ls.cw.flush()
+	tl.msg("Waiting for the destination to restore the snapshot from the shared backup repository (the server stays online)...")
+	timer := time.NewTimer(maxRestoreWait)
+	defer timer.Stop()
+	select {
+	case <-ls.restored:
+		return nil
+	case <-ls.ctx.Done():
+		return context.Cause(ls.ctx)
+	case <-timer.C:
+		svc.opts.Log.Warn("the target did not say that it restored the snapshot: going on", "snapshot", ls.snap.name)
+		return nil
+	}
 }

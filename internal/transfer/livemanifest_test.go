@@ -27,6 +27,7 @@ const testRepoID = "0123456789abcdef0123456789abcdef"
 type manifestArena struct {
 	src, snap string
 	ls        *liveSender
+	acks      *int // the target's "restored" answers
 }
 
 func newManifestArena(t *testing.T) manifestArena {
@@ -66,7 +67,7 @@ func newManifestArena(t *testing.T) manifestArena {
 		ls.index[rel] = &liveEntry{kind: 'f', mode: fi.Mode().Perm(), mtime: fi.ModTime().UnixNano(), ctime: ctime, ino: ino, size: fi.Size()}
 		ls.snap.seeds = append(ls.snap.seeds, rel)
 	}
-	return manifestArena{src: src, snap: snap, ls: ls}
+	return manifestArena{src: src, snap: snap, ls: ls, acks: new(int)}
 }
 
 // encode is what livePasses sends for a snapshot: the snapshot and seed
@@ -117,6 +118,7 @@ func (m manifestArena) apply(t *testing.T, ar arena, stream []byte, version int)
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
 		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {}, v4: true, v5: version >= liveManifestVersion, maxLinks: maxHardLinks,
+		restored: func() { *m.acks++ },
 		restore: func(ctx context.Context, repo, name string) error {
 			if repo != testRepoID || name != m.ls.snap.name {
 				return errors.New("another snapshot")
@@ -155,6 +157,9 @@ func TestLiveManifestSendsOnlyTheChanges(t *testing.T) {
 	// were written less than racyWindow before the first pass read them.
 	if got, want := m.ls.sent.Load(), int64(64<<10+3); got != want && got != 2*want {
 		t.Errorf("file bytes sent %d, want %d or twice that (the changed file and the new one only)", got, want)
+	}
+	if *m.acks != 1 {
+		t.Errorf("the target said %d times that it restored the snapshot, want once", *m.acks)
 	}
 	if a.seededFiles != 5 {
 		t.Errorf("seeded files %d, want 5", a.seededFiles)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path"
 	"runtime"
@@ -136,12 +137,13 @@ type liveSender struct {
 	sent   atomic.Int64 // file bytes sent
 	// snap (version 5) is the transfer snapshot the stream names, whose
 	// seeded files (seeded bytes) are in the index before the first pass.
-	snap   *liveSnapshot
-	seeded atomic.Int64
-	sparse atomic.Int64 // files sent as data extents
-	links  atomic.Int64 // hard link records sent
-	pass   atomic.Int64
-	phase  atomic.Int64
+	snap     *liveSnapshot
+	seeded   atomic.Int64
+	restored <-chan struct{} // closed when the target restored snap
+	sparse   atomic.Int64    // files sent as data extents
+	links    atomic.Int64    // hard link records sent
+	pass     atomic.Int64
+	phase    atomic.Int64
 }
 
 // newLiveSender is the sender of src's tree in wire version version, with
@@ -569,6 +571,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
 	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
+	reqCtx := ctx
 	if version == liveManifestVersion {
 		repo, ok := svc.opts.Backups.SharedRepositoryID(ctx)
 		if !ok {
@@ -580,6 +583,9 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 			return err
 		}
 		ls.snap = snap
+		var trace *httptrace.ClientTrace
+		trace, ls.restored = restoredTrace()
+		reqCtx = httptrace.WithClientTrace(ctx, trace)
 	}
 	cw, err := newChunkWriter(compression, link)
 	if err != nil {
@@ -605,7 +611,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 		}
 		done <- err
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, cw.body())
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, url, cw.body())
 	if err != nil {
 		cw.abort(err)
 		_ = cw.CloseBody()
@@ -670,6 +676,9 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 				if tree, err = ls.scan(); err == nil {
 					err = ls.send(tree, pass, phaseOnline)
 				}
+			}
+			if err == nil {
+				err = svc.waitRestored(ls, tl)
 			}
 		case pass == 1:
 			err = ls.sendAll(pass)

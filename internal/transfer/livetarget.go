@@ -23,14 +23,16 @@ import (
 // registered first; the files are written into its directory pass by pass,
 // and only after the final pass has been checked against the source's
 // manifest is the container created and success reported. version is the
-// stream's wire version (SpeaksLive).
-func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock func()) error {
+// stream's wire version (SpeaksLive). restored, when set, tells the source
+// that the snapshot a version-5 stream named is restored (livemanifest.go):
+// an informational answer (102 with LiveRestoredHeader).
+func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock, restored func()) error {
 	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
-		return svc.fillLive(t, s, version, body)
+		return svc.fillLive(t, s, version, body, restored)
 	})
 }
 
-func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader) error {
+func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader, restored func()) error {
 	cfg := svc.opts.Config.Get()
 	cr, err := newChunkReader(ctxReader{t.ctx, body})
 	if err != nil {
@@ -41,7 +43,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
 		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
-		v5: version >= liveManifestVersion, restore: svc.liveRestorer(t.server, s.Files().Trusted()),
+		v5: version >= liveManifestVersion, restore: svc.liveRestorer(t.server, s.Files().Trusted()), restored: restored,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -142,6 +144,7 @@ type applier struct {
 	// directories.
 	v5          bool
 	restore     func(ctx context.Context, repo, name string) error
+	restored    func() // told when the seeds end (may be nil)
 	seeding     bool
 	keep        map[pathKey]bool
 	seededFiles int
