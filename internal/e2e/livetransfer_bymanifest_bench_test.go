@@ -102,7 +102,9 @@ func BenchmarkLiveTransferByManifest(b *testing.B) {
 				b.Fatal(err)
 			}
 			src.power(id, "start")
-			src.waitLog(id, "Done (")
+			// Its first start sets the permissions of the 1 GiB first: a
+			// while on a busy machine.
+			wait.For(b, 10*time.Minute, func() bool { return src.details(id)["state"] == "running" }, "the server to run")
 			proxy, sent := countingProxy(b, tgt.URL)
 			jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
 			if err != nil {
