@@ -208,3 +208,30 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
+
+// TestLiveTransferByManifestOlderTarget: the nodes share the repository
+// but the target is a Wharf of wire version 4 (its offer, rewritten by a
+// proxy, names the repository without version 5, as main before this
+// change does): today's live transfer (version 4) runs, the whole server
+// crosses, the files arrive exact.
+func TestLiveTransferByManifestOlderTarget(t *testing.T) {
+	const id = "7a000049-0000-4000-8000-000000000049"
+	store := objectstore.StartOrSkip(t)
+	base := "live36o-" + newBackupID()[:8] + "/"
+	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveShared(store,
+		func(string) string { return base }, func(string) string { return store.URL }))
+	_, size := serverFill(t, c, id)
+	runningOn(c.Source, id)
+	v4 := startLiveProxy(t, c.Target.URL, 4)
+	c.transferThrough(t, id, v4.URL)
+	c.Source.waitDaemonLog(`msg="the target speaks live transfers" server=`+id+` direction=outgoing version=4`, 10*time.Second)
+	if strings.Contains(c.Source.log.String(), "by manifest") {
+		t.Fatal("the source transferred by manifest to a target of version 4")
+	}
+	if diff := cmp.Diff(snap(t, c.Source.dataDir(id)), snap(t, c.Target.dataDir(id))); diff != "" {
+		t.Fatalf("tree differs (-source +target):\n%s", diff)
+	}
+	if n := v4.posted.Load(); n < size/2 {
+		t.Fatalf("only %d bytes went to the target for a %d-byte server: not today's live transfer", n, size)
+	}
+}
