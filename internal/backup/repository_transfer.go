@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/wharf/wharf/internal/archive"
 	"github.com/wharf/wharf/internal/chunkstore"
@@ -47,6 +48,10 @@ func sharedRepository(cfg *config.Config) bool {
 // server in the shared repository, and returns its checksum
 // (chunkstore.ChunkListSHA1).
 func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string) (string, error) {
+	return s.writeTransferSnapshot(ctx, server, files, name, nil)
+}
+
+func (s *Service) writeTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string, seen func(rel string, fi fs.FileInfo)) (string, error) {
 	cfg := s.cfg.Get()
 	if !sharedRepository(cfg) {
 		return "", ErrNotShared
@@ -58,7 +63,10 @@ func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, file
 	w := st.NewWriter(server, name)
 	defer w.Abort()
 	w.SetBare()
-	hook := &repoFiles{w: w, prev: w.LatestIndex(server)}
+	var hook archive.FileHook = &repoFiles{w: w, prev: w.LatestIndex(server)}
+	if seen != nil {
+		hook = seenFiles{FileHook: hook, seen: seen}
+	}
 	_, err = archive.Write(ctx, w, files, archive.WriteOptions{
 		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
 		Files:       hook,

@@ -300,7 +300,9 @@ func wrapStatus(w http.ResponseWriter) *statusWriter {
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if !w.wroteHeader {
+	// An informational answer (1xx: a live transfer's 102) is not the
+	// status: the final one follows.
+	if !w.wroteHeader && code >= 200 {
 		w.status = code
 		w.wroteHeader = true
 	}

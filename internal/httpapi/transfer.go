@@ -136,7 +136,18 @@ func (a *API) postLiveTransfer(w http.ResponseWriter, r *http.Request, id string
 	}
 	rc := http.NewResponseController(w)
 	unblock := func() { _ = rc.SetReadDeadline(time.Now()) }
-	if err := a.Transfers.ReceiveLive(r.Context(), id, version, r.Body, unblock); err != nil {
+	// A stream by manifest (version 5) is told to go on once the snapshot
+	// is restored: an informational answer, the body still being read.
+	restored := func() {
+		w.Header().Set(transfer.LiveRestoredHeader, "1")
+		w.WriteHeader(http.StatusProcessing)
+		w.Header().Del(transfer.LiveRestoredHeader)
+	}
+	if err := a.Transfers.ReceiveLive(r.Context(), id, version, r.Body, unblock, restored); err != nil {
+		// The answer goes at once: the server would first read up to 256
+		// KiB more of the body, which a source waiting for the restore
+		// (version 5) does not send.
+		unblock()
 		return err
 	}
 	w.WriteHeader(http.StatusOK)

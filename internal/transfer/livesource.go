@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path"
 	"runtime"
@@ -68,11 +69,12 @@ func (svc *Service) negotiate(ctx context.Context, url, token string) (o Offer, 
 }
 
 // chooseVersion is the newest version of the offer this build speaks, 0
-// when none.
+// when none; never the version of transfers by manifest, which only a
+// target sharing the repository gets (liveManifestRepo).
 func chooseVersion(o Offer) int {
 	best := 0
 	for _, v := range o.Versions {
-		if o.Protocol == LiveProtocol && SpeaksLive(v) {
+		if o.Protocol == LiveProtocol && SpeaksLive(v) && v != liveManifestVersion {
 			best = max(best, v)
 		}
 	}
@@ -133,10 +135,15 @@ type liveSender struct {
 	// as hard link records. It is emptied at every pass.
 	firsts map[fileID]string
 	sent   atomic.Int64 // file bytes sent
-	sparse atomic.Int64 // files sent as data extents
-	links  atomic.Int64 // hard link records sent
-	pass   atomic.Int64
-	phase  atomic.Int64
+	// snap (version 5) is the transfer snapshot the stream names, whose
+	// seeded files (seeded bytes) are in the index before the first pass.
+	snap     *liveSnapshot
+	seeded   atomic.Int64
+	restored <-chan struct{} // closed when the target restored snap
+	sparse   atomic.Int64    // files sent as data extents
+	links    atomic.Int64    // hard link records sent
+	pass     atomic.Int64
+	phase    atomic.Int64
 }
 
 // newLiveSender is the sender of src's tree in wire version version, with
@@ -564,13 +571,30 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
 	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
+	reqCtx := ctx
+	if version == liveManifestVersion {
+		repo, ok := svc.opts.Backups.SharedRepositoryID(ctx)
+		if !ok {
+			return errors.New("the shared backup repository cannot be read")
+		}
+		snap, err := svc.writeLiveSnapshot(passCtx, s, ls, repo, tl)
+		defer svc.deleteLiveSnapshot(t.server, snap)
+		if err != nil {
+			return err
+		}
+		ls.snap = snap
+		var trace *httptrace.ClientTrace
+		trace, ls.restored = restoredTrace()
+		reqCtx = httptrace.WithClientTrace(ctx, trace)
+	}
 	cw, err := newChunkWriter(compression, link)
 	if err != nil {
 		return err
 	}
 	ls.rw, ls.cw = &recWriter{w: cw}, cw
 	defer svc.everyProgressInterval(func() {
-		tl.msg("Uploading " + progressBar(ls.sent.Load(), max(total, ls.sent.Load())) + phaseNote(ls.pass.Load(), ls.phase.Load()))
+		done := ls.sent.Load() + ls.seeded.Load()
+		tl.msg("Uploading " + progressBar(done, max(total, done)) + phaseNote(ls.pass.Load(), ls.phase.Load()))
 	})()
 
 	done := make(chan error, 1)
@@ -587,7 +611,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 		}
 		done <- err
 	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, cw.body())
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, url, cw.body())
 	if err != nil {
 		cw.abort(err)
 		_ = cw.CloseBody()
@@ -644,9 +668,21 @@ func (svc *Service) livePasses(ls *liveSender, s *server.Server, run *liveRun, t
 		// Each pass says when it begins: a short pass may end before the
 		// first progress tick.
 		tl.msg("Sending the files" + phaseNote(int64(pass), phaseOnline) + "...")
-		if pass == 1 {
+		switch {
+		case pass == 1 && ls.snap != nil:
+			// The target holds the seeded files once it has the
+			// snapshot: the first pass sends what the index lacks.
+			if err = ls.sendSnapshot(); err == nil {
+				if tree, err = ls.scan(); err == nil {
+					err = ls.send(tree, pass, phaseOnline)
+				}
+			}
+			if err == nil {
+				err = svc.waitRestored(ls, tl)
+			}
+		case pass == 1:
 			err = ls.sendAll(pass)
-		} else {
+		default:
 			err = ls.send(tree, pass, phaseOnline)
 		}
 		if err != nil {

@@ -23,14 +23,16 @@ import (
 // registered first; the files are written into its directory pass by pass,
 // and only after the final pass has been checked against the source's
 // manifest is the container created and success reported. version is the
-// stream's wire version (SpeaksLive).
-func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock func()) error {
+// stream's wire version (SpeaksLive). restored, when set, tells the source
+// that the snapshot a version-5 stream named is restored (livemanifest.go):
+// an informational answer (102 with LiveRestoredHeader).
+func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock, restored func()) error {
 	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
-		return svc.fillLive(t, s, version, body)
+		return svc.fillLive(t, s, version, body, restored)
 	})
 }
 
-func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader) error {
+func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader, restored func()) error {
 	cfg := svc.opts.Config.Get()
 	cr, err := newChunkReader(ctxReader{t.ctx, body})
 	if err != nil {
@@ -41,6 +43,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
 		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
+		v5: version >= liveManifestVersion, restore: svc.liveRestorer(t.server, s.Files().Trusted()), restored: restored,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},
@@ -57,7 +60,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 		return err
 	}
 	svc.opts.Log.Info("live transfer received and checked against the manifest", "server", t.server,
-		"paths", a.manCount, "check", a.checked.Round(time.Millisecond).String())
+		"paths", a.manCount, "seeded_files", a.seededFiles, "check", a.checked.Round(time.Millisecond).String())
 	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {
 		return err
 	}
@@ -75,6 +78,9 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 type fileSum struct {
 	size int64
 	sum  contentHash
+	// seeded: a file of the snapshot a version-5 stream named, checked
+	// chunk by chunk as it was extracted; its manifest entry has no hash.
+	seeded bool
 }
 
 // pathKey is a path's key in the target's table of received files: the
@@ -130,6 +136,18 @@ type applier struct {
 	stack *sandbox.DirStack
 
 	checked time.Duration // how long the check against the manifest took
+
+	// v5: a version-5 stream, which may begin with a snapshot record
+	// (restored by restore; nil when this node has no repository) and
+	// seed records (livemanifest.go). seeding: between the snapshot
+	// record and the first pass, with keep the seeded files and their
+	// directories.
+	v5          bool
+	restore     func(ctx context.Context, repo, name string) error
+	restored    func() // told when the seeds end (may be nil)
+	seeding     bool
+	keep        map[pathKey]bool
+	seededFiles int
 }
 
 // ErrManifestMismatch: after the final pass the target's tree is not the
@@ -177,6 +195,9 @@ func (a *applier) record(kind byte) error {
 		return errBadStream // only manifest records follow the first one
 	}
 	d := &recDecoder{r: a.r}
+	if handled, err := a.v5Record(kind, d); handled {
+		return err
+	}
 	switch kind {
 	case recPass:
 		pass, phase := d.uvarint(), d.byte()
@@ -271,6 +292,11 @@ func (a *applier) record(kind byte) error {
 func (a *applier) pass(pass uint64, phase byte) error {
 	if phase != phaseOnline && phase != phaseFinal {
 		return errBadStream
+	}
+	if a.seeding {
+		if err := a.prune(); err != nil {
+			return err
+		}
 	}
 	if !a.started {
 		// The server is new on this node: whatever its directory holds
@@ -590,7 +616,8 @@ func (a *applier) checkEntry(rel string, e *manEntry) error {
 		key := keyOf(rel)
 		s, have := a.sums[key]
 		delete(a.sums, key)
-		ok = have && s.size == e.size && s.sum == e.sum && fi.Size() == e.size &&
+		sumOK := s.sum == e.sum && !s.seeded || s.seeded && e.sum == contentHash{}
+		ok = have && s.size == e.size && sumOK && fi.Size() == e.size &&
 			fi.Mode().Perm() == e.mode && fi.ModTime().UnixNano() == e.mtime
 	case 'l':
 		target, err := a.dst.Readlink(rel)

@@ -24,12 +24,14 @@ import (
 
 // LiveVersion is the newest version of the live-transfer wire this build
 // speaks; it speaks every version of liveVersions.
-const LiveVersion = 4
+const LiveVersion = liveManifestVersion
 
 // liveVersions are the versions this build speaks, oldest first: 2; 3,
 // which adds the install log record; 4, which adds the sparse file and
-// hard link records.
-var liveVersions = []int{2, 3, LiveVersion}
+// hard link records; 5, which adds the snapshot and seed records of live
+// transfers by manifest (livemanifest.go), sent only to a target sharing
+// the repository.
+var liveVersions = []int{2, 3, 4, LiveVersion}
 
 // SpeaksLive reports whether this build speaks live wire version v.
 func SpeaksLive(v int) bool { return slices.Contains(liveVersions, v) }

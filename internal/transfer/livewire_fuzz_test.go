@@ -18,6 +18,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/google/uuid"
+
 	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/testutil/tree"
 )
@@ -131,7 +133,10 @@ func (ar arena) applyVersion(tb testing.TB, body io.Reader, version int) (*appli
 	defer dst.Close()
 	a := &applier{ctx: context.Background(), dst: dst.Trusted(), r: recReader{cr}, h: newContentHash(), maxWrite: 64 << 10,
 		sums: map[pathKey]fileSum{}, log: func(uint64, byte) {},
-		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks}
+		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
+		// Version 5: a snapshot restores nothing (seeds must then name
+		// what earlier records could not have made: all refused).
+		v5: version >= liveManifestVersion, restore: func(context.Context, string, string) error { return nil }}
 	return a, a.run()
 }
 
@@ -502,6 +507,8 @@ func FuzzLiveWireApply(f *testing.F) {
 	f.Add(encodeLiveWith(f, newLiveSender(context.Background(), tree.Open(f, src), LiveVersion, installLogFile(f, "installed\n")), "none"))
 	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(maxInstallLog+1)).stream())
 	f.Add(newWire().pass(1, phaseOnline).rec(recInstallLog, uint64(2), []byte("ok")).stream())
+	f.Add(newWire().rec(recSnapshot, testRepoID, "transfer-"+uuid.NewString()).rec(recSeed, "a", uint64(0o644), int64(0), uint64(1)).stream())
+	f.Add(newWire().rec(recSnapshot, testRepoID, "transfer-"+uuid.NewString()).pass(1, phaseFinal).rec(recEnd, uint64(0)).stream())
 	f.Add(newWire().pass(1, phaseFinal).rec(recInstallLog, uint64(2), []byte("ok")).rec(recInstallLog, uint64(0)).stream())
 	// Version 4: sparse files and hard links, valid and hostile.
 	f.Add(encodeLive(f, sparseLinkTree(f, 16<<20), "none"))
@@ -626,8 +633,8 @@ func TestLiveNegotiationPicksTheNewestCommonVersion(t *testing.T) {
 			t.Errorf("offer %v: version %d, want %d", tc.offer, got, tc.want)
 		}
 	}
-	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3, 4}) {
-		t.Errorf("this build offers %v, want [2 3 4]", got)
+	if got := LiveOffer().Versions; !slices.Equal(got, []int{2, 3, 4, 5}) {
+		t.Errorf("this build offers %v, want [2 3 4 5]", got)
 	}
 
 	v2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -185,6 +185,10 @@ func (svc *Service) runOutgoing(t *Transfer, s *server.Server, url, token string
 		log.Info("backups go along: classic transfer", "backups", len(extra.backups))
 	} else if svc.opts.Config.Get().System.Transfers.Live {
 		if offer, version, ok := svc.negotiate(t.ctx, url, token); ok {
+			if repo, shared := svc.liveManifestRepo(t.ctx, offer); shared {
+				log.Info("the target shares the backup repository: live transfer by manifest", "repository", repo)
+				version = liveManifestVersion
+			}
 			ok := svc.runLive(t, s, url, token, offer, version, tl, end)
 			var result error
 			if !ok {
