@@ -75,7 +75,7 @@ type Server interface {
 	// BeginJob claims the server's job slot: a restore is exclusive, a
 	// backup shared; a refusal is a *server.BusyError (409). The job's
 	// context ends with ctx, at end, and with the server.
-	BeginJob(ctx context.Context, j server.Job) (jctx context.Context, end func(), err error)
+	BeginJob(ctx context.Context, j server.JobKind) (jctx context.Context, end func(), err error)
 	StopForJob(ctx context.Context, wait time.Duration) error
 }
 

@@ -35,7 +35,7 @@ type benchServer struct{ files *sandbox.FS }
 func (s benchServer) UUID() string         { return "bench" }
 func (s benchServer) Files() *sandbox.FS   { return s.files }
 func (s benchServer) Publish(events.Event) {}
-func (s benchServer) BeginJob(ctx context.Context, _ server.Job) (context.Context, func(), error) {
+func (s benchServer) BeginJob(ctx context.Context, _ server.JobKind) (context.Context, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	return ctx, cancel, nil
 }

@@ -216,7 +216,7 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 
 // fileJob reads a file job's (compress, decompress) JSON body into req
 // and takes the server's job slot for it (userJob).
-func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any, kind server.Job) (ctx context.Context, end func(), err error) {
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any, kind server.JobKind) (ctx context.Context, end func(), err error) {
 	if err := readJSON(w, r, req); err != nil {
 		return nil, nil, err
 	}
@@ -228,7 +228,7 @@ func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, 
 // runs. ctx is the job's context: it ends with parent, when the server is
 // deleted, and as soon as the daemon begins to stop (not after the
 // shutdown grace period). end releases the slot once the work is over.
-func (a *API) userJob(parent context.Context, s *server.Server, kind server.Job) (ctx context.Context, end func(), err error) {
+func (a *API) userJob(parent context.Context, s *server.Server, kind server.JobKind) (ctx context.Context, end func(), err error) {
 	jctx, release, err := s.BeginJob(parent, kind)
 	if err != nil {
 		return nil, nil, err

@@ -166,7 +166,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 	waitState(t, s, Running)
 
 	for _, job := range []struct {
-		job  Job
+		job  JobKind
 		want error
 	}{
 		{JobInstall, ErrInstalling},

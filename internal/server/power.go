@@ -53,13 +53,8 @@ func (s *Server) CheckPower(a PowerAction) error {
 	if a == PowerKill {
 		return nil
 	}
-	switch s.RunningJob() {
-	case JobRestore:
-		return ErrRestoring
-	case JobTransferOut, JobTransferIn:
-		return ErrTransferring
-	case JobInstall, JobReinstall:
-		return ErrInstalling
+	if err := s.RunningJob().refusesPower(a); err != nil {
+		return err
 	}
 	if suspended && (a == PowerStart || a == PowerRestart) {
 		return ErrSuspended

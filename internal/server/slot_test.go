@@ -13,7 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-var sharedJobs = []Job{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP}
+var sharedJobs = []JobKind{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP}
 
 func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 	var s jobSlot
@@ -21,7 +21,7 @@ func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range append([]Job{JobInstall, JobReinstall, JobRestore, JobTransferOut, JobTransferIn}, sharedJobs...) {
+	for _, j := range append([]JobKind{JobInstall, JobReinstall, JobRestore, JobTransferOut, JobTransferIn}, sharedJobs...) {
 		_, err := s.begin(j, 0)
 		var busy *BusyError
 		if !errors.As(err, &busy) || busy.Running != JobRestore {
@@ -45,7 +45,7 @@ func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 // Every shared job has its own name and text: a refused exclusive job
 // says what runs.
 func TestSlotExclusiveRefusalNamesTheSharedJob(t *testing.T) {
-	seen := map[string]Job{}
+	seen := map[string]JobKind{}
 	for _, j := range sharedJobs {
 		var s jobSlot
 		end, err := s.begin(j, 0)
@@ -338,4 +338,35 @@ func BenchmarkSlotBeginJobShared(b *testing.B) {
 			end()
 		}
 	})
+}
+
+// Every kind is a full row of the job table: a name and a busy text of its
+// own, user jobs are shared, and exactly the exclusive kinds refuse start,
+// stop and restart (never kill).
+func TestJobKindTableRows(t *testing.T) {
+	names := map[string]JobKind{}
+	for j := JobNone + 1; j < numJobs; j++ {
+		row := j.row()
+		if row.name == "" || row.busy == "" {
+			t.Fatalf("kind %d has no name or no busy text: %+v", j, row)
+		}
+		if other, dup := names[row.name]; dup {
+			t.Fatalf("%d and %d share the name %q", j, other, row.name)
+		}
+		names[row.name] = j
+		if row.user && row.exclusive {
+			t.Fatalf("%v is a user's job and exclusive", j)
+		}
+		for _, a := range []PowerAction{PowerStart, PowerStop, PowerRestart} {
+			if (j.refusesPower(a) != nil) != row.exclusive {
+				t.Fatalf("%v refuses %s: %v; exclusive %v", j, a, j.refusesPower(a), row.exclusive)
+			}
+		}
+		if err := j.refusesPower(PowerKill); err != nil {
+			t.Fatalf("%v refuses a kill: %v", j, err)
+		}
+	}
+	if got := numJobs.String(); len(got) < 4 || got[:4] != "job(" {
+		t.Fatalf("a kind outside the table: %q", got)
+	}
 }
