@@ -46,7 +46,7 @@ func sharedRepository(cfg *config.Config) bool {
 // applies: a transfer moves the whole server) as the snapshot name of
 // server in the shared repository, and returns its checksum
 // (chunkstore.ChunkListSHA1).
-func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string) (string, error) {
+func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files archive.Source, name string) (string, error) {
 	cfg := s.cfg.Get()
 	if !sharedRepository(cfg) {
 		return "", ErrNotShared

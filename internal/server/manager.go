@@ -252,14 +252,14 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 		return nil, err
 	}
 	// Claimed now, so that the server is seen installing as soon as it exists.
-	_, end, err := s.BeginJob(s.ctx, JobInstall)
+	job, err := s.BeginJob(s.ctx, JobInstall)
 	if err != nil {
 		return nil, err
 	}
 	if !s.goServer(func() {
 		err := func() error {
-			defer end()
-			return s.install(s.ctx, false, end)
+			defer job.End()
+			return s.install(job, false)
 		}()
 		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
@@ -267,7 +267,7 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 			}
 		}
 	}) {
-		end()
+		job.End()
 	}
 	return s, nil
 }

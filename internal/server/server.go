@@ -204,8 +204,10 @@ func (s *Server) UUID() string {
 // Events is the server's event bus.
 func (s *Server) Events() *events.Bus { return s.events }
 
-// Files is the server's confined filesystem: the only way its files are touched.
-func (s *Server) Files() *sandbox.FS { return s.files }
+// Files is the read-only view of the server's confined filesystem. A
+// change to the files takes the job slot: BeginJob's Job.FS is the only
+// writable door to them (ARCHITECTURE.md rule 4).
+func (s *Server) Files() sandbox.ReadOnly { return s.files.ReadOnly() }
 
 // DataDir is the host directory of the server's files (for the container mount).
 func (s *Server) DataDir() string { return s.files.Root() }

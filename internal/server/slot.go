@@ -255,26 +255,26 @@ func (s *jobSlot) ender(j JobKind) func() {
 // running when it is asked for (Deps.JobDrainWait).
 const defaultDrainWait = 2 * time.Second
 
-// BeginJob claims the server's job slot for j and returns the job's context
-// and end, which the caller must call when the job is over, whatever its
-// outcome (calling it again does nothing). The context ends with ctx, at
-// end, and when the server ends (it is deleted, or the daemon stops
-// managing it: the cause is ErrServerGone).
+// BeginJob claims the server's job slot for a job of kind j and returns
+// it: its writable filesystem (Job.FS), its context (Job.Context: it ends
+// with ctx, with each of also, at End, and when the server ends: deleted,
+// or no longer managed by the daemon, the cause is ErrServerGone). The
+// caller must call End when the job is over, whatever its outcome.
 //
 // A refusal is a *BusyError (409) naming the running job: a second
 // exclusive job, a shared job while an exclusive one runs, an exclusive job
 // while a shared one still runs after a short wait (Deps.JobDrainWait). A
 // user's job (j.User) is also refused while the server is suspended
 // (ErrSuspendedFiles), and every job once the server is deleted.
-func (s *Server) BeginJob(ctx context.Context, j JobKind) (jctx context.Context, end func(), err error) {
+func (s *Server) BeginJob(ctx context.Context, j JobKind, also ...context.Context) (*Job, error) {
 	s.mu.RLock()
 	deleted, suspended := s.deleted, s.def.Config.Suspended
 	s.mu.RUnlock()
 	if deleted {
-		return nil, nil, ErrDeleted
+		return nil, ErrDeleted
 	}
 	if suspended && j.User() {
-		return nil, nil, ErrSuspendedFiles
+		return nil, ErrSuspendedFiles
 	}
 	drain := s.deps.JobDrainWait
 	if drain == 0 {
@@ -282,15 +282,13 @@ func (s *Server) BeginJob(ctx context.Context, j JobKind) (jctx context.Context,
 	}
 	release, err := s.jobs.begin(j, drain)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.ctx, func() { cancel(ErrServerGone) })
-	return jctx, func() {
+	jctx, stop := s.lifetime(ctx, also)
+	return &Job{kind: j, srv: s, fs: s.files, ctx: jctx, end: func() {
 		stop()
-		cancel(context.Canceled)
 		release()
-	}, nil
+	}}, nil
 }
 
 // RunningJob returns the exclusive job that holds the slot, JobNone when

@@ -25,12 +25,13 @@ import (
 // manifest is the container created and success reported. version is the
 // stream's wire version (SpeaksLive).
 func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock func()) error {
-	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
-		return svc.fillLive(t, s, version, body)
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, job *server.Job) error {
+		return svc.fillLive(t, job, version, body)
 	})
 }
 
-func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader) error {
+func (svc *Service) fillLive(t *Transfer, job *server.Job, version int, body io.Reader) error {
+	s := job.Server()
 	cfg := svc.opts.Config.Get()
 	cr, err := newChunkReader(ctxReader{t.ctx, body})
 	if err != nil {
@@ -38,7 +39,7 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	}
 	defer cr.Close()
 	a := &applier{
-		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
+		ctx: job.Context(), dst: job.FS().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
 		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
 		log: func(pass uint64, phase byte) {
