@@ -300,7 +300,7 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 		s.log.Warn("jobs on the server's files did not end before its deletion", "error", err)
 	}
 	cancel()
-	s.close()
+	s.stopRun()
 	m.remove(uuid)
 	// The server is gone from the manager: its containers are removed even
 	// if the caller gives up, within a bound of their own.
@@ -317,7 +317,8 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(s.DataDir()); err != nil {
+	// Whole, as before: the removal is not cut by the caller or a bound.
+	if err := s.removeFiles(context.WithoutCancel(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeMachineID(m.deps.Config.Get(), uuid); err != nil {

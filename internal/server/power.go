@@ -200,11 +200,8 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.checkEntries(ctx); err != nil {
 		return err
 	}
-	s.updateConfigurationFiles(ctx, def)
-	if s.deps.Config.Get().System.CheckPermissionsOnBoot {
-		if err := s.fixOwnership(ctx); err != nil {
-			return err
-		}
+	if err := s.prepareFiles(ctx, def); err != nil {
+		return err
 	}
 	s.expectedExit.Store(false)
 	s.throttle.reset()

@@ -403,13 +403,20 @@ func (s *Server) Publish(e events.Event) { s.events.Publish(e) }
 // ConsoleLines returns up to n of the newest console lines.
 func (s *Server) ConsoleLines(n int) []string { return s.console.last(n) }
 
-// close stops every goroutine of the server without touching its container.
+// close stops every goroutine of the server without touching its container,
+// and closes its files.
 func (s *Server) close() {
+	defer s.files.Close()
+	s.stopRun()
+}
+
+// stopRun stops every goroutine of the server without touching its
+// container or its files.
+func (s *Server) stopRun() {
 	s.goMu.Lock()
 	s.closed = true
 	s.goMu.Unlock()
 	s.cancel()
-	defer s.files.Close()
 	s.mu.Lock()
 	run := s.run
 	s.mu.Unlock()

@@ -41,6 +41,7 @@ const (
 	JobDecompress // the file manager extracts an archive
 	JobPull       // a remote download
 	JobSFTP       // an SFTP write or change
+	JobStart      // a start's writes: the egg's configuration files, the ownership fix
 
 	numJobs
 )
@@ -76,6 +77,7 @@ var jobKinds = [numJobs]jobKind{
 	JobDecompress:  {name: "decompress", user: true, busy: "An archive is being extracted into the server's files (decompress)" + later},
 	JobPull:        {name: "remote download", user: true, busy: "A file is being downloaded into the server's files (remote download)" + later},
 	JobSFTP:        {name: "SFTP write", user: true, busy: "The server's files are being written by a user (SFTP)" + later},
+	JobStart:       {name: "start", busy: "The server's files are being prepared for its start (configuration files, ownership)" + later},
 }
 
 // row is j's row of the table; a kind outside it has no name and no class.

@@ -14,7 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-var sharedJobs = []JobKind{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP}
+var sharedJobs = []JobKind{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP, JobStart}
 
 func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 	var s jobSlot
