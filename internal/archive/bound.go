@@ -48,7 +48,7 @@ var ErrBoundTooLarge = errors.New("the server's files could make an archive larg
 // entry, the integrity entry), plus the worst case of deflate on
 // incompressible data: a stored block's 5-byte header per 65535 bytes and a
 // sync flush per pgzip block, both far below the 1/256 allowed here.
-func SizeBound(ctx context.Context, src *sandbox.FS, opts WriteOptions) (int64, error) {
+func SizeBound(ctx context.Context, src Source, opts WriteOptions) (int64, error) {
 	dir := strings.Trim(opts.Dir, "/")
 	if dir == "" {
 		dir = "."

@@ -184,7 +184,7 @@ func NewIgnore(patterns string) gitignore.Matcher {
 // (cut, or padded with zeros). Pass src.Trusted() to archive files of the
 // egg's denylist too. Nothing is written to w after an error, but what was
 // written before stays: callers writing to a file remove it.
-func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions) (Result, error) {
+func Write(ctx context.Context, w io.Writer, src Source, opts WriteOptions) (Result, error) {
 	wr, err := newWriter(w, src, opts)
 	if err != nil {
 		return Result{}, err
@@ -196,10 +196,20 @@ func Write(ctx context.Context, w io.Writer, src *sandbox.FS, opts WriteOptions)
 	return wr.finish(walkErr)
 }
 
+// Source is the tree an archive is made of: a server's files read-only
+// (sandbox.ReadOnly, what server.Server.Files gives) or a job's writable
+// *sandbox.FS; Write and SizeBound only read it.
+type Source interface {
+	WalkContext(ctx context.Context, dir string, fn fs.WalkDirFunc) error
+	ReadlinkEntry(rel string, d fs.DirEntry) (string, error)
+	OpenEntry(rel string, d fs.DirEntry) (*sandbox.File, error)
+	DeniedWalkEntry(rel string, d fs.DirEntry) bool
+}
+
 // writer is one Write: set up by newWriter, fed by visit for each entry of
 // the walk, ended by finish.
 type writer struct {
-	src  *sandbox.FS
+	src  Source
 	opts WriteOptions
 	dir  string // the archived directory of src, "." for the root
 
@@ -220,7 +230,7 @@ type writer struct {
 }
 
 // newWriter sets up the compressor, the tar streams and the spools.
-func newWriter(w io.Writer, src *sandbox.FS, opts WriteOptions) (*writer, error) {
+func newWriter(w io.Writer, src Source, opts WriteOptions) (*writer, error) {
 	wr := &writer{src: src, opts: opts, out: &hashCounter{w: w}}
 	if opts.Hash != nil {
 		wr.out.h = opts.Hash()

@@ -70,12 +70,16 @@ func ParseAdapter(s string) (Adapter, error) {
 // Server is what a backup needs of a server (*server.Server).
 type Server interface {
 	UUID() string
-	Files() *sandbox.FS
+	// Files is the read-only view of the server's files (what a backup
+	// reads).
+	Files() sandbox.ReadOnly
 	Publish(events.Event)
 	// BeginJob claims the server's job slot: a restore is exclusive, a
 	// backup shared; a refusal is a *server.BusyError (409). The job's
-	// context ends with ctx, at end, and with the server.
-	BeginJob(ctx context.Context, j server.Job) (jctx context.Context, end func(), err error)
+	// context ends with ctx, at its End, and with the server; its FS is
+	// the only writable door to the server's files (a restore writes
+	// through it).
+	BeginJob(ctx context.Context, j server.JobKind, also ...context.Context) (*server.Job, error)
 	StopForJob(ctx context.Context, wait time.Duration) error
 }
 

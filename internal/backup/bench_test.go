@@ -32,12 +32,11 @@ import (
 // benchServer is what a backup needs of a server, over a plain directory.
 type benchServer struct{ files *sandbox.FS }
 
-func (s benchServer) UUID() string         { return "bench" }
-func (s benchServer) Files() *sandbox.FS   { return s.files }
-func (s benchServer) Publish(events.Event) {}
-func (s benchServer) BeginJob(ctx context.Context, _ server.Job) (context.Context, func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	return ctx, cancel, nil
+func (s benchServer) UUID() string            { return "bench" }
+func (s benchServer) Files() sandbox.ReadOnly { return s.files.ReadOnly() }
+func (s benchServer) Publish(events.Event)    {}
+func (s benchServer) BeginJob(ctx context.Context, kind server.JobKind, _ ...context.Context) (*server.Job, error) {
+	return server.JobOver(ctx, kind, s.files), nil
 }
 func (s benchServer) StopForJob(context.Context, time.Duration) error { return nil }
 

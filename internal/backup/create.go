@@ -54,7 +54,7 @@ func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) err
 	s.running[backup] = true
 	s.mu.Unlock()
 	// The job's context ends when the service or the server ends.
-	ctx, end, err := srv.BeginJob(s.ctx, server.JobBackup)
+	job, err := srv.BeginJob(s.ctx, server.JobBackup)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.running, backup)
@@ -62,13 +62,13 @@ func (s *Service) Create(srv Server, adapter Adapter, backup, ignore string) err
 		return err
 	}
 	s.wg.Go(func() {
-		defer end()
+		defer job.End()
 		defer func() {
 			s.mu.Lock()
 			delete(s.running, backup)
 			s.mu.Unlock()
 		}()
-		s.run(ctx, srv, adapter, backup, ignore, end)
+		s.run(job.Context(), srv, adapter, backup, ignore, job.End)
 	})
 	return nil
 }

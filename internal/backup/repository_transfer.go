@@ -47,11 +47,11 @@ func sharedRepository(cfg *config.Config) bool {
 // applies: a transfer moves the whole server) as the snapshot name of
 // server in the shared repository, and returns its checksum
 // (chunkstore.ChunkListSHA1).
-func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string) (string, error) {
+func (s *Service) WriteTransferSnapshot(ctx context.Context, server string, files archive.Source, name string) (string, error) {
 	return s.writeTransferSnapshot(ctx, server, files, name, nil)
 }
 
-func (s *Service) writeTransferSnapshot(ctx context.Context, server string, files *sandbox.FS, name string, seen func(rel string, fi fs.FileInfo)) (string, error) {
+func (s *Service) writeTransferSnapshot(ctx context.Context, server string, files archive.Source, name string, seen func(rel string, fi fs.FileInfo)) (string, error) {
 	cfg := s.cfg.Get()
 	if !sharedRepository(cfg) {
 		return "", ErrNotShared

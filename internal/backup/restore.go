@@ -13,6 +13,7 @@ import (
 	"github.com/wharf/wharf/internal/events"
 	"github.com/wharf/wharf/internal/ids"
 	"github.com/wharf/wharf/internal/metrics"
+	"github.com/wharf/wharf/internal/sandbox"
 	"github.com/wharf/wharf/internal/server"
 )
 
@@ -66,10 +67,11 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		return ErrBadAdapter
 	}
 	// The job's context ends when the service or the server ends.
-	jctx, end, err := srv.BeginJob(s.ctx, server.JobRestore)
+	job, err := srv.BeginJob(s.ctx, server.JobRestore)
 	if err != nil {
 		return err
 	}
+	jctx, end := job.Context(), job.End
 	var src io.ReadCloser
 	if req.Adapter == ObjectStore {
 		// The request is made now, so that a refused address, status or
@@ -100,20 +102,22 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	s.wg.Go(func() {
 		defer end()
 		defer src.Close()
-		s.restore(jctx, srv, backup, req, src, end)
+		s.restore(job, srv, backup, req, src)
 	})
 	return nil
 }
 
-// restore runs a claimed restore; end releases the job slot as soon as the
-// files are in place, before the outcome is announced.
-func (s *Service) restore(ctx context.Context, srv Server, backup string, req RestoreRequest, src io.ReadCloser, end func()) {
+// restore runs a claimed restore, writing through the job's filesystem;
+// the job ends as soon as the files are in place, before the outcome is
+// announced.
+func (s *Service) restore(job *server.Job, srv Server, backup string, req RestoreRequest, src io.ReadCloser) {
+	ctx := job.Context()
 	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server cannot start and its files cannot be changed until it is done."))
-	res, err := s.extract(ctx, srv, req, src)
+	res, err := s.extract(ctx, srv, job.FS().Trusted(), req, src)
 	s.metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
-	end()
+	job.End()
 	if err != nil {
 		log.Error("restore failed", "error", err)
 		srv.Publish(events.New(events.DaemonMessage, "The restoration of the backup failed: "+err.Error()))
@@ -138,12 +142,11 @@ func (s *Service) restore(ctx context.Context, srv Server, backup string, req Re
 	}
 }
 
-func (s *Service) extract(ctx context.Context, srv Server, req RestoreRequest, src io.ReadCloser) (archive.ExtractResult, error) {
+func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, req RestoreRequest, src io.ReadCloser) (archive.ExtractResult, error) {
 	if err := srv.StopForJob(ctx, restoreStopWait); err != nil {
 		return archive.ExtractResult{}, fmt.Errorf("the server did not stop: %w", err)
 	}
 	cfg := s.cfg.Get()
-	files := srv.Files().Trusted()
 	// Extract reads ahead in large buffers itself.
 	r := io.Reader(src)
 	repo, fromRepo := src.(*repoSource)

@@ -57,7 +57,7 @@ func (v *View) CopyOut(ctx context.Context, fsys *sandbox.FS, server string, p P
 
 // bytesUnder is what copying n writes: its regular files' sizes, denied
 // ones left out.
-func (t *tree) bytesUnder(fsys *sandbox.FS, n *node) int64 {
+func (t *tree) bytesUnder(fsys Files, n *node) int64 {
 	if !n.isDir() {
 		return n.size
 	}

@@ -73,10 +73,19 @@ type Path struct {
 	Rel    string
 }
 
+// Files is what the view reads of a server's own files: whether a name is
+// taken on disk and the egg's denylist. A server's read-only view
+// (sandbox.ReadOnly) and a job's *sandbox.FS are both; only CopyOut writes,
+// through a job's *sandbox.FS.
+type Files interface {
+	Lstat(name string) (fs.FileInfo, error)
+	Denied(name string) bool
+}
+
 // Split places name (a user's path, relative to the server's root)
 // against the view of fsys's server. The view is off when a real entry of
 // its name exists at the root: the real entry stays reachable as it is.
-func (v *View) Split(fsys *sandbox.FS, name string) (Path, error) {
+func (v *View) Split(fsys Files, name string) (Path, error) {
 	if v == nil {
 		return Path{}, nil
 	}
@@ -104,7 +113,7 @@ func (v *View) Split(fsys *sandbox.FS, name string) (Path, error) {
 
 // Active reports whether the view shows for fsys's server: its name, ""
 // when it does not.
-func (v *View) Active(fsys *sandbox.FS) string {
+func (v *View) Active(fsys Files) string {
 	if v == nil {
 		return ""
 	}
@@ -223,7 +232,7 @@ func infoOf(n *node) Info {
 // lookup finds p's node, with the name rules applied to its path in the
 // backup. As on the live tree, the denylist refuses reading and copying
 // (Open, CopyOut: denied), never the metadata (Stat, List).
-func (v *View) lookup(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*chunkstore.Store, *tree, *node, error) {
+func (v *View) lookup(ctx context.Context, fsys Files, server string, p Path) (*chunkstore.Store, *tree, *node, error) {
 	st, t, err := v.open(ctx, server, p.Backup)
 	if err != nil {
 		return nil, nil, nil, err
@@ -240,7 +249,7 @@ func (v *View) lookup(ctx context.Context, fsys *sandbox.FS, server string, p Pa
 }
 
 // Stat describes p (a link as a link).
-func (v *View) Stat(ctx context.Context, fsys *sandbox.FS, server string, p Path) (Info, error) {
+func (v *View) Stat(ctx context.Context, fsys Files, server string, p Path) (Info, error) {
 	if p.Backup == "" {
 		return Info{name: path.Base("/" + v.Active(fsys)), mode: fs.ModeDir | 0o555, mtime: time.Now()}, nil
 	}
@@ -263,7 +272,7 @@ func (v *View) Stat(ctx context.Context, fsys *sandbox.FS, server string, p Path
 
 // List describes the entries of the directory p, by name: the backups of
 // the server (by UUID, dated when they were made) at the view's root.
-func (v *View) List(ctx context.Context, fsys *sandbox.FS, server string, p Path) ([]Info, error) {
+func (v *View) List(ctx context.Context, fsys Files, server string, p Path) ([]Info, error) {
 	if p.Backup == "" {
 		return v.listBackups(ctx, server)
 	}
@@ -338,7 +347,7 @@ func (v *View) listBackups(ctx context.Context, server string) ([]Info, error) {
 
 // Open opens the regular file p for reading. A directory is ErrIsDir, a
 // link ErrLink.
-func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path) (*File, error) {
+func (v *View) Open(ctx context.Context, fsys Files, server string, p Path) (*File, error) {
 	if p.Backup == "" {
 		return nil, sandbox.ErrIsDir
 	}
@@ -362,7 +371,7 @@ func (v *View) Open(ctx context.Context, fsys *sandbox.FS, server string, p Path
 
 // denied says the denylist refuses reading n (or, for a later name of a
 // file, the name it shares the content with).
-func denied(fsys *sandbox.FS, n *node) bool {
+func denied(fsys Files, n *node) bool {
 	return n.rel != "." && fsys.Denied(n.rel) || n.alias != "" && fsys.Denied(n.alias)
 }
 

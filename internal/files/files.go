@@ -15,8 +15,21 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// Manager runs the file manager's operations on one server's sandbox.
+// Reader runs the file manager's reading operations (stat, contents,
+// listing, search) on the read-only view of one server's sandbox: what
+// needs no job (issue 38 §2).
+type Reader struct {
+	FS sandbox.ReadOnly
+}
+
+// NewReader returns the file manager's reader of fsys.
+func NewReader(fsys sandbox.ReadOnly) *Reader { return &Reader{FS: fsys} }
+
+// Manager runs the file manager's operations on one server's sandbox: its
+// changes through FS, the writable filesystem of the job that holds the
+// server's job slot (server.Job.FS), its reads as Reader does.
 type Manager struct {
+	Reader
 	FS *sandbox.FS
 	// Level is the gzip level of compressed archives (archive.ParseLevel).
 	Level int
@@ -29,7 +42,9 @@ type Manager struct {
 }
 
 // New returns the file manager of fsys.
-func New(fsys *sandbox.FS) *Manager { return &Manager{FS: fsys, Level: 1} }
+func New(fsys *sandbox.FS) *Manager {
+	return &Manager{Reader: Reader{FS: fsys.ReadOnly()}, FS: fsys, Level: 1}
+}
 
 // join names name inside the directory root (both as the panel sends them:
 // "/" or "" for the server root). Cleaning, and refusing names that climb
@@ -48,7 +63,7 @@ func isRoot(name string) bool { return path.Clean("/"+name) == "/" }
 
 // mimeOf types a regular file: by extension for the common text types,
 // empty files without reading, others from their head.
-func (m *Manager) mimeOf(fi fs.FileInfo, head []byte, open func() (*sandbox.File, error)) string {
+func (m *Reader) mimeOf(fi fs.FileInfo, head []byte, open func() (*sandbox.File, error)) string {
 	if fi.Size() == 0 {
 		return MimeText
 	}
@@ -66,7 +81,7 @@ func (m *Manager) mimeOf(fi fs.FileInfo, head []byte, open func() (*sandbox.File
 
 // mimeOfEntry is mimeOf for an entry Walk is reporting: its head is read
 // relative to the walked directory, without an *os.File.
-func (m *Manager) mimeOfEntry(fi fs.FileInfo, head []byte, rel string, d fs.DirEntry) string {
+func (m *Reader) mimeOfEntry(fi fs.FileInfo, head []byte, rel string, d fs.DirEntry) string {
 	if fi.Size() == 0 {
 		return MimeText
 	}
@@ -81,7 +96,7 @@ func (m *Manager) mimeOfEntry(fi fs.FileInfo, head []byte, rel string, d fs.DirE
 }
 
 // StatOf describes name (lstat) with its mime type.
-func (m *Manager) StatOf(name string) (Stat, error) {
+func (m *Reader) StatOf(name string) (Stat, error) {
 	fi, err := m.FS.Lstat(name)
 	if err != nil {
 		return Stat{}, err
@@ -108,7 +123,7 @@ type Contents struct {
 // Open opens name for reading its contents: a directory is ErrIsDirectory,
 // pipes, sockets and devices are ErrFileType (refused before anything is
 // sent). The caller closes Contents.File.
-func (m *Manager) Open(name string) (*Contents, error) {
+func (m *Reader) Open(name string) (*Contents, error) {
 	f, err := m.FS.Open(name)
 	if err != nil {
 		return nil, err

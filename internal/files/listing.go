@@ -56,7 +56,7 @@ type Listing struct {
 // OpenListing opens the directory dir for listing: a missing name, one
 // outside the root, and anything but a directory (an in-root link to a
 // directory is followed) are refused here, before anything is answered.
-func (m *Manager) OpenListing(dir string) (*Listing, error) {
+func (m *Reader) OpenListing(dir string) (*Listing, error) {
 	fi, err := m.FS.Stat(dir)
 	if err != nil {
 		return nil, err
@@ -77,7 +77,7 @@ func (l *Listing) Close() error { return l.r.Close() }
 // List describes the entries of the directory dir, in the listing's order
 // (see sortBudget). It holds every entry: the API streams instead
 // (Listing.WriteJSON).
-func (m *Manager) List(dir string) ([]Stat, error) {
+func (m *Reader) List(dir string) ([]Stat, error) {
 	l, err := m.OpenListing(dir)
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (l *Listing) stat(name string) (Stat, bool) {
 	return NewStat(fi, mime), true
 }
 
-// mimeOf types a regular file of the listing (see Manager.mimeOf); a denied
+// mimeOf types a regular file of the listing (see Reader.mimeOf); a denied
 // or unreadable file is binary.
 func (l *Listing) mimeOf(fi fs.FileInfo) string {
 	if fi.Size() == 0 {

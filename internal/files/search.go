@@ -28,7 +28,7 @@ var skipDirs = map[string]bool{
 // (case-insensitive; a glob when it holds * ? or [, a substring otherwise),
 // at most MaxSearchDepth levels deep and MaxSearchResults results. Links
 // are reported, never followed. Each Stat's Name is the path relative to dir.
-func (m *Manager) Search(ctx context.Context, dir, pattern string) ([]Stat, error) {
+func (m *Reader) Search(ctx context.Context, dir, pattern string) ([]Stat, error) {
 	pattern = strings.ToLower(strings.TrimSpace(pattern))
 	if utf8.RuneCountInString(pattern) < MinPatternLen {
 		return nil, ErrShortPattern

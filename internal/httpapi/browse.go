@@ -153,7 +153,7 @@ func (a *API) renameAll(ctx context.Context, s *server.Server, fm *files.Manager
 		case pt.In:
 			return backupview.ErrIntoView
 		case pf.In:
-			err = a.Browse.CopyOut(ctx, s.Files(), s.UUID(), pf, to)
+			err = a.Browse.CopyOut(ctx, fm.FS, s.UUID(), pf, to) // the job's filesystem
 			if errors.Is(err, sandbox.ErrExist) {
 				return files.ErrDestExists
 			}

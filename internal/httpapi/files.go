@@ -14,9 +14,14 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// fileManager is the file manager of s with the node's settings.
-func (a *API) fileManager(s *server.Server) *files.Manager {
-	m := files.New(s.Files())
+// fileReader is the file manager's reader of s's files (read-only: a
+// change takes a job, fileManager).
+func (a *API) fileReader(s *server.Server) *files.Reader { return files.NewReader(s.Files()) }
+
+// fileManager is the file manager over the files of job's server, with the
+// node's settings: its changes go through the job's filesystem.
+func (a *API) fileManager(job *server.Job) *files.Manager {
+	m := files.New(job.FS())
 	cfg := a.Config.Get()
 	m.Level = archive.ParseLevel(cfg.System.Backups.CompressionLevel)
 	m.TempDir = cfg.System.TmpDirectory
@@ -33,7 +38,7 @@ func (a *API) getFileContents(w http.ResponseWriter, r *http.Request, s *server.
 		}
 		return a.serveViewFile(w, r, s, p, name, r.URL.Query().Get("download") != "", false)
 	}
-	c, err := a.fileManager(s).Open(name)
+	c, err := a.fileReader(s).Open(name)
 	if err != nil {
 		return err
 	}
@@ -66,7 +71,7 @@ func (a *API) getListDirectory(w http.ResponseWriter, r *http.Request, s *server
 		}
 		return a.viewListing(w, r, s, p)
 	}
-	l, err := a.fileManager(s).OpenListing(dir)
+	l, err := a.fileReader(s).OpenListing(dir)
 	if err != nil {
 		return err
 	}
@@ -110,12 +115,13 @@ func (a *API) changeFiles(w http.ResponseWriter, r *http.Request, s *server.Serv
 	if err := readJSON(w, r, req); err != nil {
 		return err
 	}
-	ctx, end, err := a.userJob(r.Context(), s, server.JobFileChange)
+	job, err := a.userJob(r.Context(), s, server.JobFileChange)
 	if err != nil {
 		return err
 	}
-	defer end()
-	if err := change(ctx, a.fileManager(s)); err != nil {
+	defer job.End()
+	ctx := job.Context()
+	if err := change(ctx, a.fileManager(job)); err != nil {
 		return workErr(ctx, err)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -158,13 +164,13 @@ func (a *API) postWrite(w http.ResponseWriter, r *http.Request, s *server.Server
 	// transfer never runs under it. The body stops being stored when the
 	// server is deleted mid-upload; an upload still gets the shutdown grace
 	// period to finish (s.BeginJob, not userJob).
-	ctx, end, err := s.BeginJob(r.Context(), server.JobFileWrite)
+	job, err := s.BeginJob(r.Context(), server.JobFileWrite)
 	if err != nil {
 		return err
 	}
-	defer end()
-	body := sandbox.ContextReader(ctx, r.Body)
-	if err := a.fileManager(s).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
+	defer job.End()
+	body := sandbox.ContextReader(job.Context(), r.Body)
+	if err := a.fileManager(job).Write(r.URL.Query().Get("file"), body, r.ContentLength); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -216,33 +222,20 @@ func (a *API) postChmod(w http.ResponseWriter, r *http.Request, s *server.Server
 
 // fileJob reads a file job's (compress, decompress) JSON body into req
 // and takes the server's job slot for it (userJob).
-func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any, kind server.Job) (ctx context.Context, end func(), err error) {
+func (a *API) fileJob(w http.ResponseWriter, r *http.Request, s *server.Server, req any, kind server.JobKind) (*server.Job, error) {
 	if err := readJSON(w, r, req); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	return a.userJob(r.Context(), s, kind)
 }
 
 // userJob takes the server's job slot for a user's job of kind on s's
 // files: refused (409) while the server is suspended or an exclusive job
-// runs. ctx is the job's context: it ends with parent, when the server is
-// deleted, and as soon as the daemon begins to stop (not after the
-// shutdown grace period). end releases the slot once the work is over.
-func (a *API) userJob(parent context.Context, s *server.Server, kind server.Job) (ctx context.Context, end func(), err error) {
-	jctx, release, err := s.BeginJob(parent, kind)
-	if err != nil {
-		return nil, nil, err
-	}
-	if a.Stopping == nil {
-		return jctx, release, nil
-	}
-	ctx, cancel := context.WithCancel(jctx)
-	stop := context.AfterFunc(a.Stopping, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-		release()
-	}, nil
+// runs. The job's context ends with parent, when the server is deleted,
+// and as soon as the daemon begins to stop (a.Stopping: not after the
+// shutdown grace period).
+func (a *API) userJob(parent context.Context, s *server.Server, kind server.JobKind) (*server.Job, error) {
+	return s.BeginJob(parent, kind, a.Stopping)
 }
 
 // workErr is the error of work whose context ended: the reason it ended
@@ -260,34 +253,18 @@ func workErr(ctx context.Context, err error) error {
 	return err
 }
 
-// workContext is the context of a long read of s's files for the request
-// r (search; changes hold a job: userJob): it ends when the client goes
-// away, when the server is deleted, and as soon as the daemon begins to
-// stop (not after the shutdown grace period), so that none of that work
-// outlives its caller.
-func (a *API) workContext(r *http.Request, s *server.Server) (context.Context, context.CancelFunc) {
-	ctx, cancel := s.WorkContext(r.Context())
-	if a.Stopping == nil {
-		return ctx, cancel
-	}
-	stop := context.AfterFunc(a.Stopping, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-	}
-}
-
 func (a *API) postCompress(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	var req files.CompressRequest
-	ctx, end, err := a.fileJob(w, r, s, &req, server.JobCompress)
+	job, err := a.fileJob(w, r, s, &req, server.JobCompress)
 	if err != nil {
 		return err
 	}
-	defer end()
+	defer job.End()
+	ctx := job.Context()
 	if req.Files, err = a.compressNames(s, req.Root, req.Files); err != nil {
 		return err
 	}
-	st, err := a.fileManager(s).Compress(ctx, req)
+	st, err := a.fileManager(job).Compress(ctx, req)
 	if err != nil {
 		return workErr(ctx, err)
 	}
@@ -300,15 +277,16 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 		Root string `json:"root"`
 		File string `json:"file"`
 	}
-	ctx, end, err := a.fileJob(w, r, s, &req, server.JobDecompress)
+	job, err := a.fileJob(w, r, s, &req, server.JobDecompress)
 	if err != nil {
 		return err
 	}
-	defer end()
+	defer job.End()
+	ctx := job.Context()
 	if err := a.refuseInViewUnder(s, req.Root, []string{req.File}); err != nil {
 		return err
 	}
-	fm := a.fileManager(s)
+	fm := a.fileManager(job)
 	cfg := a.Config.Get().System
 	d := cfg.Decompress
 	fm.Isolation = &files.Isolation{
@@ -334,9 +312,11 @@ func (a *API) postDecompress(w http.ResponseWriter, r *http.Request, s *server.S
 // getSearch is Pelican's recursive name search.
 func (a *API) getSearch(w http.ResponseWriter, r *http.Request, s *server.Server) error {
 	q := r.URL.Query()
-	ctx, cancel := a.workContext(r, s)
+	// A read: no job, but the work ends with the client, the server and
+	// the node beginning to stop.
+	ctx, cancel := s.WorkContext(r.Context(), a.Stopping)
 	defer cancel()
-	out, err := a.fileManager(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
+	out, err := a.fileReader(s).Search(ctx, q.Get("directory"), q.Get("pattern"))
 	if err != nil {
 		return workErr(ctx, err)
 	}

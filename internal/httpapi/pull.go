@@ -43,11 +43,12 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 	if !req.Foreground {
 		parent = context.WithoutCancel(parent)
 	}
-	ctx, end, err := a.userJob(parent, s, server.JobPull)
+	job, err := a.userJob(parent, s, server.JobPull)
 	if err != nil {
 		return err
 	}
-	d, err := a.Pulls.Begin(s.UUID(), s.Files(), req)
+	ctx, end := job.Context(), job.End
+	d, err := a.Pulls.Begin(s.UUID(), job.FS(), req)
 	if err != nil {
 		end()
 		return err
@@ -63,7 +64,7 @@ func (a *API) postPull(w http.ResponseWriter, r *http.Request, s *server.Server)
 	if err != nil {
 		return err
 	}
-	st, err := a.fileManager(s).StatOf(name)
+	st, err := a.fileReader(s).StatOf(name)
 	if err != nil {
 		return err
 	}

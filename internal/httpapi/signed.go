@@ -157,11 +157,12 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 	// slot until it has answered (no install, restore or transfer rewrites
 	// the tree under it), and is refused while the server is suspended. The
 	// body stops being stored when the server is deleted mid-upload.
-	ctx, end, err := s.BeginJob(r.Context(), server.JobUpload)
+	job, err := s.BeginJob(r.Context(), server.JobUpload)
 	if err != nil {
 		return err
 	}
-	defer end()
+	defer job.End()
+	ctx := job.Context()
 	liftBodyDeadline(w)
 	r.Body = struct {
 		io.Reader
@@ -173,7 +174,7 @@ func (a *API) postUploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	err = upload.Store(upload.Request{
 		Form:     mr,
-		Files:    s.Files(),
+		Files:    job.FS(),
 		Server:   s.UUID(),
 		Dir:      r.URL.Query().Get("directory"),
 		LimitMB:  a.Config.Get().API.UploadLimit,

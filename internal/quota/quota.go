@@ -75,13 +75,14 @@ func (q *Quotas) Close() error { return q.data.Close() }
 // server's uuid) the first time, and sets the project's hard limit to
 // limit bytes: 0 is unlimited, and -1 (no writes) is one block, less than
 // the directory itself holds.
+// The root is reached through the sandbox (ControlRoot), never opened by
+// its host path.
 func (q *Quotas) Apply(ctx context.Context, files *sandbox.FS, key string, limit int64) error {
-	dir, err := os.Open(files.Root())
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	fd := int(dir.Fd())
+	return files.ControlRoot(func(fd int) error { return q.apply(ctx, files, fd, key, limit) })
+}
+
+// apply is Apply on fd, the descriptor of the tree's root.
+func (q *Quotas) apply(ctx context.Context, files *sandbox.FS, fd int, key string, limit int64) error {
 	id, fresh, err := q.assign(fd, key)
 	if err != nil {
 		return fmt.Errorf("quota: project of %s: %w", key, err)

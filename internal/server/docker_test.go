@@ -166,7 +166,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 	waitState(t, s, Running)
 
 	for _, job := range []struct {
-		job  Job
+		job  JobKind
 		want error
 	}{
 		{JobInstall, ErrInstalling},
@@ -175,7 +175,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 		{JobTransferIn, ErrTransferring},
 		{JobRestore, ErrRestoring},
 	} {
-		_, end, err := s.BeginJob(context.Background(), job.job)
+		_, end, err := beginJob(s, context.Background(), job.job)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestDockerPowerLockAndFlags(t *testing.T) {
 		}
 		end()
 	}
-	_, end, err := s.BeginJob(context.Background(), JobInstall)
+	_, end, err := beginJob(s, context.Background(), JobInstall)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,11 @@ const installOutputLimit = 4 << 20
 // existing files (the script decides what to do with them) and stops a
 // running server first, through the power lock like any stop. The backend
 // is told whether the script succeeded (exit code 0). The caller holds the
-// job slot (JobInstall or JobReinstall); end releases it, before the backend
-// is told, so that what the backend does next finds the server free.
-func (s *Server) install(ctx context.Context, reinstall bool, end func()) error {
+// job slot (job: JobInstall or JobReinstall), under its context; the job
+// ends before the backend is told, so that what the backend does next
+// finds the server free.
+func (s *Server) install(job *Job, reinstall bool) error {
+	ctx := job.Context()
 	uuid := s.UUID()
 	var err error
 	if reinstall {
@@ -44,7 +46,7 @@ func (s *Server) install(ctx context.Context, reinstall bool, end func()) error 
 		s.log.Error("installation failed", "error", err)
 		s.daemonMessage("Installation failed: " + err.Error())
 	}
-	end()
+	job.End()
 	if perr := s.deps.Panel.SetInstallationStatus(context.WithoutCancel(ctx), uuid, successful && err == nil, reinstall); perr != nil {
 		s.log.Error("could not report the installation status to the backend", "error", perr)
 		if err == nil {
@@ -234,19 +236,19 @@ func (s *Server) InstallAsync(reinstall bool) error {
 	if deleted {
 		return ErrDeleted
 	}
-	job := JobInstall
+	kind := JobInstall
 	if reinstall {
-		job = JobReinstall
+		kind = JobReinstall
 	}
-	_, end, err := s.BeginJob(s.ctx, job)
+	job, err := s.BeginJob(s.ctx, kind)
 	if err != nil {
 		return err
 	}
 	if !s.goServer(func() {
-		defer end()
-		_ = s.install(s.ctx, reinstall, end)
+		defer job.End()
+		_ = s.install(job, reinstall)
 	}) {
-		end()
+		job.End()
 		return ErrDeleted
 	}
 	return nil

@@ -252,14 +252,14 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 		return nil, err
 	}
 	// Claimed now, so that the server is seen installing as soon as it exists.
-	_, end, err := s.BeginJob(s.ctx, JobInstall)
+	job, err := s.BeginJob(s.ctx, JobInstall)
 	if err != nil {
 		return nil, err
 	}
 	if !s.goServer(func() {
 		err := func() error {
-			defer end()
-			return s.install(s.ctx, false, end)
+			defer job.End()
+			return s.install(job, false)
 		}()
 		if err == nil && startOnCompletion {
 			if err := s.Power(s.ctx, PowerStart, 30*time.Second); err != nil {
@@ -267,7 +267,7 @@ func (m *Manager) Create(ctx context.Context, uuid string, startOnCompletion boo
 			}
 		}
 	}) {
-		end()
+		job.End()
 	}
 	return s, nil
 }
@@ -300,7 +300,7 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 		s.log.Warn("jobs on the server's files did not end before its deletion", "error", err)
 	}
 	cancel()
-	s.close()
+	s.stopRun()
 	m.remove(uuid)
 	// The server is gone from the manager: its containers are removed even
 	// if the caller gives up, within a bound of their own.
@@ -317,7 +317,8 @@ func (m *Manager) Delete(ctx context.Context, s *Server) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(s.DataDir()); err != nil {
+	// Whole, as before: the removal is not cut by the caller or a bound.
+	if err := s.removeFiles(context.WithoutCancel(ctx)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeMachineID(m.deps.Config.Get(), uuid); err != nil {

@@ -53,13 +53,8 @@ func (s *Server) CheckPower(a PowerAction) error {
 	if a == PowerKill {
 		return nil
 	}
-	switch s.RunningJob() {
-	case JobRestore:
-		return ErrRestoring
-	case JobTransferOut, JobTransferIn:
-		return ErrTransferring
-	case JobInstall, JobReinstall:
-		return ErrInstalling
+	if err := s.RunningJob().refusesPower(a); err != nil {
+		return err
 	}
 	if suspended && (a == PowerStart || a == PowerRestart) {
 		return ErrSuspended
@@ -205,11 +200,8 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.checkEntries(ctx); err != nil {
 		return err
 	}
-	s.updateConfigurationFiles(ctx, def)
-	if s.deps.Config.Get().System.CheckPermissionsOnBoot {
-		if err := s.fixOwnership(ctx); err != nil {
-			return err
-		}
+	if err := s.prepareFiles(ctx, def); err != nil {
+		return err
 	}
 	s.expectedExit.Store(false)
 	s.throttle.reset()

@@ -210,7 +210,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 	if err := s.PowerAsync(PowerStart, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	_, end, err := s.BeginJob(context.Background(), JobRestore)
+	_, end, err := beginJob(s, context.Background(), JobRestore)
 	if err != nil {
 		t.Fatal(err)
 	}

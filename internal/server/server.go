@@ -209,8 +209,10 @@ func (s *Server) UUID() string {
 // Events is the server's event bus.
 func (s *Server) Events() *events.Bus { return s.events }
 
-// Files is the server's confined filesystem: the only way its files are touched.
-func (s *Server) Files() *sandbox.FS { return s.files }
+// Files is the read-only view of the server's confined filesystem. A
+// change to the files takes the job slot: BeginJob's Job.FS is the only
+// writable door to them (ARCHITECTURE.md rule 4).
+func (s *Server) Files() sandbox.ReadOnly { return s.files.ReadOnly() }
 
 // DataDir is the host directory of the server's files (for the container mount).
 func (s *Server) DataDir() string { return s.files.Root() }
@@ -408,13 +410,20 @@ func (s *Server) Publish(e events.Event) { s.events.Publish(e) }
 // ConsoleLines returns up to n of the newest console lines.
 func (s *Server) ConsoleLines(n int) []string { return s.console.last(n) }
 
-// close stops every goroutine of the server without touching its container.
+// close stops every goroutine of the server without touching its container,
+// and closes its files.
 func (s *Server) close() {
+	defer s.files.Close()
+	s.stopRun()
+}
+
+// stopRun stops every goroutine of the server without touching its
+// container or its files.
+func (s *Server) stopRun() {
 	s.goMu.Lock()
 	s.closed = true
 	s.goMu.Unlock()
 	s.cancel()
-	defer s.files.Close()
 	s.mu.Lock()
 	run := s.run
 	s.mu.Unlock()

@@ -9,27 +9,30 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-// Job is a piece of work that owns a server's files for a while. The job
-// slot (BeginJob) is the only door to them: every change to a server's
-// files, by the agent or by a user, holds it while it runs.
+// JobKind is a kind of work that owns a server's files for a while. The
+// job slot (BeginJob) is the only door to them: every change to a server's
+// files, by the agent or by a user, holds it while it runs, and writes
+// through the filesystem of the *Job it returns.
 //
 // Exclusive jobs rewrite the tree (install, reinstall, restore, the two
 // transfers): at most one runs at a time, and never while a shared job runs.
 // Shared jobs only read the tree or add to it (a backup, and every change a
 // user makes: file manager, uploads, archives, remote downloads, SFTP): any
 // number run together, but never while an exclusive job runs.
-type Job uint8
+//
+// What a kind is (its class, its name, what a refused caller reads, what
+// power actions it refuses) is its row of jobKinds; the order of the
+// constants means nothing.
+type JobKind uint8
 
-// The jobs. JobNone means the slot is free.
+// The job kinds. JobNone means the slot is free.
 const (
-	JobNone Job = iota
+	JobNone JobKind = iota
 	JobInstall
 	JobReinstall
 	JobRestore
 	JobTransferOut
 	JobTransferIn
-
-	// Shared jobs.
 	JobBackup
 	JobFileWrite  // the file manager writes a file (files/write)
 	JobUpload     // a signed upload
@@ -38,81 +41,77 @@ const (
 	JobDecompress // the file manager extracts an archive
 	JobPull       // a remote download
 	JobSFTP       // an SFTP write or change
+	JobStart      // a start's writes: the egg's configuration files, the ownership fix
 
 	numJobs
 )
 
+// jobKind is a row of the job table.
+type jobKind struct {
+	name      string
+	exclusive bool // rewrites the tree: runs alone
+	user      bool // a user's change: refused while the server is suspended
+	busy      string
+	// power is the error that refuses start, stop and restart while a job
+	// of this kind holds the slot (kill is always allowed); nil: none.
+	power error
+}
+
+// later ends the busy text of a short job.
+const later = "; try again when it has finished."
+
+// jobKinds is the job table: one row per kind. A new job kind is a new
+// constant and its row here.
+var jobKinds = [numJobs]jobKind{
+	JobNone:        {name: "none", busy: "The server is busy."},
+	JobInstall:     {name: "install", exclusive: true, busy: "The server is being installed.", power: ErrInstalling},
+	JobReinstall:   {name: "reinstall", exclusive: true, busy: "The server is being reinstalled.", power: ErrInstalling},
+	JobRestore:     {name: "restore", exclusive: true, busy: "The server is being restored.", power: ErrRestoring},
+	JobTransferOut: {name: "outgoing transfer", exclusive: true, busy: "The server is being transferred.", power: ErrTransferring},
+	JobTransferIn:  {name: "incoming transfer", exclusive: true, busy: "The server is being transferred.", power: ErrTransferring},
+	JobBackup:      {name: "backup", busy: "The server is being backed up" + later},
+	JobFileWrite:   {name: "file write", user: true, busy: "The server's files are being written by a user (file manager)" + later},
+	JobUpload:      {name: "file upload", user: true, busy: "The server's files are being written by a user (file upload)" + later},
+	JobFileChange:  {name: "file change", user: true, busy: "The server's files are being changed by a user (rename, delete, copy or permissions)" + later},
+	JobCompress:    {name: "compress", user: true, busy: "The server's files are being archived by a user (compress)" + later},
+	JobDecompress:  {name: "decompress", user: true, busy: "An archive is being extracted into the server's files (decompress)" + later},
+	JobPull:        {name: "remote download", user: true, busy: "A file is being downloaded into the server's files (remote download)" + later},
+	JobSFTP:        {name: "SFTP write", user: true, busy: "The server's files are being written by a user (SFTP)" + later},
+	JobStart:       {name: "start", busy: "The server's files are being prepared for its start (configuration files, ownership)" + later},
+}
+
+// row is j's row of the table; a kind outside it has no name and no class.
+func (j JobKind) row() jobKind {
+	if j >= numJobs {
+		return jobKind{busy: "The server is busy."}
+	}
+	return jobKinds[j]
+}
+
 // Exclusive reports whether j rewrites the server's tree.
-func (j Job) Exclusive() bool { return j >= JobInstall && j <= JobTransferIn }
+func (j JobKind) Exclusive() bool { return j.row().exclusive }
 
 // User reports whether j is a change a user makes: refused while the
 // server is suspended.
-func (j Job) User() bool { return j >= JobFileWrite && j < numJobs }
+func (j JobKind) User() bool { return j.row().user }
 
-func (j Job) String() string {
-	switch j {
-	case JobNone:
-		return "none"
-	case JobInstall:
-		return "install"
-	case JobReinstall:
-		return "reinstall"
-	case JobRestore:
-		return "restore"
-	case JobTransferOut:
-		return "outgoing transfer"
-	case JobTransferIn:
-		return "incoming transfer"
-	case JobBackup:
-		return "backup"
-	case JobFileWrite:
-		return "file write"
-	case JobUpload:
-		return "file upload"
-	case JobFileChange:
-		return "file change"
-	case JobCompress:
-		return "compress"
-	case JobDecompress:
-		return "decompress"
-	case JobPull:
-		return "remote download"
-	case JobSFTP:
-		return "SFTP write"
+func (j JobKind) String() string {
+	if n := j.row().name; n != "" {
+		return n
 	}
 	return fmt.Sprintf("job(%d)", uint8(j))
 }
 
 // busyText is what a refused caller is told about the running job.
-func (j Job) busyText() string {
-	const later = "; try again when it has finished."
-	switch j {
-	case JobInstall:
-		return "The server is being installed."
-	case JobReinstall:
-		return "The server is being reinstalled."
-	case JobRestore:
-		return "The server is being restored."
-	case JobTransferOut, JobTransferIn:
-		return "The server is being transferred."
-	case JobBackup:
-		return "The server is being backed up" + later
-	case JobFileWrite:
-		return "The server's files are being written by a user (file manager)" + later
-	case JobUpload:
-		return "The server's files are being written by a user (file upload)" + later
-	case JobFileChange:
-		return "The server's files are being changed by a user (rename, delete, copy or permissions)" + later
-	case JobCompress:
-		return "The server's files are being archived by a user (compress)" + later
-	case JobDecompress:
-		return "An archive is being extracted into the server's files (decompress)" + later
-	case JobPull:
-		return "A file is being downloaded into the server's files (remote download)" + later
-	case JobSFTP:
-		return "The server's files are being written by a user (SFTP)" + later
+func (j JobKind) busyText() string { return j.row().busy }
+
+// refusesPower is the error refusing the power action a while a job of
+// kind j holds the slot, nil when j allows it. Kill is always allowed.
+func (j JobKind) refusesPower(a PowerAction) error {
+	if a == PowerKill {
+		return nil
 	}
-	return "The server is busy."
+	return j.row().power
 }
 
 // ErrBusy is in the chain of every refusal of the job slot.
@@ -124,7 +123,7 @@ var ErrSuspendedFiles = usererr.New(usererr.Conflict, "This server is suspended:
 // BusyError says which job holds the slot. Its user message (409) names it;
 // it matches ErrBusy.
 type BusyError struct {
-	Running Job
+	Running JobKind
 }
 
 func (e *BusyError) Error() string { return e.Running.busyText() }
@@ -137,24 +136,24 @@ func (e *BusyError) Unwrap() error {
 // jobSlot is one server's job slot.
 type jobSlot struct {
 	mu        sync.Mutex
-	exclusive Job           // JobNone when no exclusive job runs
-	pending   Job           // an exclusive job waiting for the shared ones to end
+	exclusive JobKind       // JobNone when no exclusive job runs
+	pending   JobKind       // an exclusive job waiting for the shared ones to end
 	shared    [numJobs]int  // the shared jobs running, by kind
 	ended     chan struct{} // closed and replaced when a shared job ends
 }
 
 // sharedLocked returns a shared job that runs (the first by kind),
 // JobNone when none does.
-func (s *jobSlot) sharedLocked() Job {
+func (s *jobSlot) sharedLocked() JobKind {
 	for j, n := range s.shared {
 		if n > 0 {
-			return Job(j)
+			return JobKind(j)
 		}
 	}
 	return JobNone
 }
 
-func (s *jobSlot) running() Job {
+func (s *jobSlot) running() JobKind {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.exclusive
@@ -199,7 +198,7 @@ func (s *jobSlot) endedLocked() chan struct{} {
 // meanwhile, naming it), and is refused naming one of them if they are
 // still running then. The drain lets an exclusive job pass between the
 // short holds of an SFTP upload, while a long user job refuses it.
-func (s *jobSlot) begin(j Job, drain time.Duration) (end func(), err error) {
+func (s *jobSlot) begin(j JobKind, drain time.Duration) (end func(), err error) {
 	if j == JobNone || j >= numJobs {
 		return nil, fmt.Errorf("begin: no job given")
 	}
@@ -235,7 +234,7 @@ func (s *jobSlot) begin(j Job, drain time.Duration) (end func(), err error) {
 	return s.ender(j), nil
 }
 
-func (s *jobSlot) ender(j Job) func() {
+func (s *jobSlot) ender(j JobKind) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -258,26 +257,26 @@ func (s *jobSlot) ender(j Job) func() {
 // running when it is asked for (Deps.JobDrainWait).
 const defaultDrainWait = 2 * time.Second
 
-// BeginJob claims the server's job slot for j and returns the job's context
-// and end, which the caller must call when the job is over, whatever its
-// outcome (calling it again does nothing). The context ends with ctx, at
-// end, and when the server ends (it is deleted, or the daemon stops
-// managing it: the cause is ErrServerGone).
+// BeginJob claims the server's job slot for a job of kind j and returns
+// it: its writable filesystem (Job.FS), its context (Job.Context: it ends
+// with ctx, with each of also, at End, and when the server ends: deleted,
+// or no longer managed by the daemon, the cause is ErrServerGone). The
+// caller must call End when the job is over, whatever its outcome.
 //
 // A refusal is a *BusyError (409) naming the running job: a second
 // exclusive job, a shared job while an exclusive one runs, an exclusive job
 // while a shared one still runs after a short wait (Deps.JobDrainWait). A
 // user's job (j.User) is also refused while the server is suspended
 // (ErrSuspendedFiles), and every job once the server is deleted.
-func (s *Server) BeginJob(ctx context.Context, j Job) (jctx context.Context, end func(), err error) {
+func (s *Server) BeginJob(ctx context.Context, j JobKind, also ...context.Context) (*Job, error) {
 	s.mu.RLock()
 	deleted, suspended := s.deleted, s.def.Config.Suspended
 	s.mu.RUnlock()
 	if deleted {
-		return nil, nil, ErrDeleted
+		return nil, ErrDeleted
 	}
 	if suspended && j.User() {
-		return nil, nil, ErrSuspendedFiles
+		return nil, ErrSuspendedFiles
 	}
 	drain := s.deps.JobDrainWait
 	if drain == 0 {
@@ -285,17 +284,15 @@ func (s *Server) BeginJob(ctx context.Context, j Job) (jctx context.Context, end
 	}
 	release, err := s.jobs.begin(j, drain)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.ctx, func() { cancel(ErrServerGone) })
-	return jctx, func() {
+	jctx, stop := s.lifetime(ctx, also)
+	return &Job{kind: j, srv: s, fs: s.files, ctx: jctx, end: func() {
 		stop()
-		cancel(context.Canceled)
 		release()
-	}, nil
+	}}, nil
 }
 
 // RunningJob returns the exclusive job that holds the slot, JobNone when
 // none does.
-func (s *Server) RunningJob() Job { return s.jobs.running() }
+func (s *Server) RunningJob() JobKind { return s.jobs.running() }

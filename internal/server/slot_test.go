@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"github.com/wharf/wharf/internal/usererr"
 )
 
-var sharedJobs = []Job{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP}
+var sharedJobs = []JobKind{JobBackup, JobFileWrite, JobUpload, JobFileChange, JobCompress, JobDecompress, JobPull, JobSFTP, JobStart}
 
 func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 	var s jobSlot
@@ -21,7 +22,7 @@ func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, j := range append([]Job{JobInstall, JobReinstall, JobRestore, JobTransferOut, JobTransferIn}, sharedJobs...) {
+	for _, j := range append([]JobKind{JobInstall, JobReinstall, JobRestore, JobTransferOut, JobTransferIn}, sharedJobs...) {
 		_, err := s.begin(j, 0)
 		var busy *BusyError
 		if !errors.As(err, &busy) || busy.Running != JobRestore {
@@ -45,7 +46,7 @@ func TestSlotExclusiveJobsNeverOverlap(t *testing.T) {
 // Every shared job has its own name and text: a refused exclusive job
 // says what runs.
 func TestSlotExclusiveRefusalNamesTheSharedJob(t *testing.T) {
-	seen := map[string]Job{}
+	seen := map[string]JobKind{}
 	for _, j := range sharedJobs {
 		var s jobSlot
 		end, err := s.begin(j, 0)
@@ -229,11 +230,11 @@ func TestSlotSharedAndExclusiveRace(t *testing.T) {
 func TestSlotBeginJobContextAndRefusals(t *testing.T) {
 	sctx, endServer := context.WithCancel(context.Background())
 	s := &Server{ctx: sctx, deps: &Deps{}}
-	ctx, end, err := s.BeginJob(context.Background(), JobFileWrite)
+	ctx, end, err := beginJob(s, context.Background(), JobFileWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx2, end2, err := s.BeginJob(context.Background(), JobBackup)
+	ctx2, end2, err := beginJob(s, context.Background(), JobBackup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,16 +254,16 @@ func TestSlotBeginJobContextAndRefusals(t *testing.T) {
 
 	s = &Server{ctx: context.Background(), deps: &Deps{}}
 	s.def.Config.Suspended = true
-	if _, _, err := s.BeginJob(context.Background(), JobSFTP); !errors.Is(err, ErrSuspendedFiles) {
+	if _, _, err := beginJob(s, context.Background(), JobSFTP); !errors.Is(err, ErrSuspendedFiles) {
 		t.Fatalf("a user's job while suspended: %v", err)
 	}
-	_, end, err = s.BeginJob(context.Background(), JobBackup)
+	_, end, err = beginJob(s, context.Background(), JobBackup)
 	if err != nil {
 		t.Fatalf("a backup while suspended: %v", err)
 	}
 	end()
 	s.deleted = true
-	if _, _, err := s.BeginJob(context.Background(), JobBackup); !errors.Is(err, ErrDeleted) {
+	if _, _, err := beginJob(s, context.Background(), JobBackup); !errors.Is(err, ErrDeleted) {
 		t.Fatalf("a job once deleted: %v", err)
 	}
 }
@@ -270,7 +271,7 @@ func TestSlotBeginJobContextAndRefusals(t *testing.T) {
 // A restore is no suspension: IsSuspended stays false while it runs.
 func TestSlotRestoreIsNoSuspension(t *testing.T) {
 	s := &Server{ctx: context.Background(), deps: &Deps{}}
-	_, end, err := s.BeginJob(context.Background(), JobRestore)
+	_, end, err := beginJob(s, context.Background(), JobRestore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestSlotRestoreIsNoSuspension(t *testing.T) {
 // a removed tree. New jobs are refused from the start of the deletion.
 func TestSlotDeleteCancelsAndWaitsForUserJobs(t *testing.T) {
 	e, s := newFakeEnv(t, runtimetest.Process{})
-	ctx, end, err := s.BeginJob(context.Background(), JobUpload)
+	ctx, end, err := beginJob(s, context.Background(), JobUpload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestSlotDeleteCancelsAndWaitsForUserJobs(t *testing.T) {
 	if _, err := os.Stat(s.DataDir()); !os.IsNotExist(err) {
 		t.Fatalf("the tree is still there after the delete: %v", err)
 	}
-	if _, _, err := s.BeginJob(context.Background(), JobFileWrite); !errors.Is(err, ErrDeleted) {
+	if _, _, err := beginJob(s, context.Background(), JobFileWrite); !errors.Is(err, ErrDeleted) {
 		t.Fatalf("a job after the delete: %v", err)
 	}
 }
@@ -331,11 +332,86 @@ func BenchmarkSlotBeginJobShared(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			_, end, err := s.BeginJob(context.Background(), JobSFTP)
+			_, end, err := beginJob(s, context.Background(), JobSFTP)
 			if err != nil {
 				b.Fatal(err)
 			}
 			end()
 		}
 	})
+}
+
+// Every kind is a full row of the job table: a name and a busy text of its
+// own, user jobs are shared, and exactly the exclusive kinds refuse start,
+// stop and restart (never kill).
+func TestJobKindTableRows(t *testing.T) {
+	names := map[string]JobKind{}
+	for j := JobNone + 1; j < numJobs; j++ {
+		row := j.row()
+		if row.name == "" || row.busy == "" {
+			t.Fatalf("kind %d has no name or no busy text: %+v", j, row)
+		}
+		if other, dup := names[row.name]; dup {
+			t.Fatalf("%d and %d share the name %q", j, other, row.name)
+		}
+		names[row.name] = j
+		if row.user && row.exclusive {
+			t.Fatalf("%v is a user's job and exclusive", j)
+		}
+		for _, a := range []PowerAction{PowerStart, PowerStop, PowerRestart} {
+			if (j.refusesPower(a) != nil) != row.exclusive {
+				t.Fatalf("%v refuses %s: %v; exclusive %v", j, a, j.refusesPower(a), row.exclusive)
+			}
+		}
+		if err := j.refusesPower(PowerKill); err != nil {
+			t.Fatalf("%v refuses a kill: %v", j, err)
+		}
+	}
+	if got := numJobs.String(); len(got) < 4 || got[:4] != "job(" {
+		t.Fatalf("a kind outside the table: %q", got)
+	}
+}
+
+// beginJob is BeginJob in the shape of the slot's tests: the job's context
+// and its End.
+func beginJob(s *Server, ctx context.Context, k JobKind, also ...context.Context) (context.Context, func(), error) {
+	j, err := s.BeginJob(ctx, k, also...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return j.Context(), j.End, nil
+}
+
+// The job handle carries the server's writable filesystem and its kind;
+// its context also ends with the contexts it was begun with (the node
+// beginning to stop), and End releases the slot.
+func TestJobHandle(t *testing.T) {
+	_, s := newFakeEnv(t, runtimetest.Process{})
+	stopping, stop := context.WithCancel(context.Background())
+	job, err := s.BeginJob(context.Background(), JobCompress, nil, stopping)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Kind() != JobCompress || job.Server() != s || job.FS().Root() != s.DataDir() {
+		t.Fatalf("job %v of %p over %q; want compress of %p over %q", job.Kind(), job.Server(), job.FS().Root(), s, s.DataDir())
+	}
+	if err := job.FS().WriteFileAtomic("made-by-a-job", strings.NewReader("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := s.Files().ReadFile("made-by-a-job", 10); err != nil || string(b) != "x" {
+		t.Fatalf("read back through Files: %q, %v", b, err)
+	}
+	stop()
+	<-job.Context().Done()
+	if !errors.Is(context.Cause(job.Context()), context.Canceled) {
+		t.Fatalf("cause %v, want context.Canceled", context.Cause(job.Context()))
+	}
+	if s.jobs.idle() {
+		t.Fatal("the slot was released before End")
+	}
+	job.End()
+	job.End()
+	if !s.jobs.idle() {
+		t.Fatal("the slot is held after End")
+	}
 }

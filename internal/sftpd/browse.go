@@ -83,12 +83,13 @@ func (h *handlers) viewRename(r *sftp.Request) error {
 	if !h.sess.can(permCreate) {
 		return errDenied
 	}
-	ctx, end, err := h.sess.allowWrite(r.Context(), permUpdate)
+	job, err := h.sess.allowWrite(r.Context(), permUpdate)
 	if err != nil {
 		return err
 	}
-	defer end()
-	if err := h.browse.CopyOut(ctx, h.files(), h.sess.srv.UUID(), from, r.Target); err != nil {
+	defer job.End()
+	ctx := job.Context()
+	if err := h.browse.CopyOut(ctx, job.FS(), h.sess.srv.UUID(), from, r.Target); err != nil {
 		return viewStatus(err)
 	}
 	h.sess.record("rename", map[string]string{"from": r.Filepath, "to": r.Target})

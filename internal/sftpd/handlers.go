@@ -82,21 +82,22 @@ func (s *session) allowRead(p string) error {
 }
 
 // allowWrite is the gate of every change: read_only, the permission, and
-// the server's job slot, held until end is called (an SFTP job: refused
-// while suspended or while an exclusive job runs, naming it). ctx is the
-// job's context: it ends with parent and when the server is deleted.
-func (s *session) allowWrite(parent context.Context, p string) (ctx context.Context, end func(), err error) {
+// the server's job slot, held until the job's End (an SFTP job: refused
+// while suspended or while an exclusive job runs, naming it). The job's
+// FS is the writable door to the files; its context ends with parent and
+// when the server is deleted.
+func (s *session) allowWrite(parent context.Context, p string) (*server.Job, error) {
 	if s.readOnly {
-		return nil, nil, errReadOnly
+		return nil, errReadOnly
 	}
 	if !s.can(p) {
-		return nil, nil, errDenied
+		return nil, errDenied
 	}
-	ctx, end, err = s.srv.BeginJob(parent, server.JobSFTP)
+	job, err := s.srv.BeginJob(parent, server.JobSFTP)
 	if err != nil {
-		return nil, nil, toStatus(err)
+		return nil, toStatus(err)
 	}
-	return ctx, end, nil
+	return job, nil
 }
 
 // record queues a server:sftp.<event> activity.
@@ -118,7 +119,9 @@ type handlers struct {
 	browse *backupview.View // the backups folder; nil: none
 }
 
-func (h *handlers) files() *sandbox.FS { return h.sess.srv.Files() }
+// files is the read-only view of the server's files: a change writes
+// through the FS of the job allowWrite gives.
+func (h *handlers) files() sandbox.ReadOnly { return h.sess.srv.Files() }
 
 // recover turns a panic in a handler (pkg/sftp runs them on its own
 // goroutines, where the connection's recover cannot see them) into a
@@ -181,8 +184,7 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	if _, in, err := h.inView(r.Filepath); err != nil || in {
 		return nil, cmp.Or(err, errViewReadOnly)
 	}
-	fsys := h.files()
-	_, lerr := fsys.Lstat(r.Filepath)
+	_, lerr := h.files().Lstat(r.Filepath)
 	exists := lerr == nil
 	perm, event := permCreate, "create"
 	if exists {
@@ -190,11 +192,11 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	}
 	// The slot is held while the file is opened (it may be created or
 	// truncated), then by each write (writer.WriteAt).
-	_, end, err := h.sess.allowWrite(r.Context(), perm)
+	job, err := h.sess.allowWrite(r.Context(), perm)
 	if err != nil {
 		return nil, err
 	}
-	defer end()
+	defer job.End()
 	release, err := h.sess.takeHandle()
 	if err != nil {
 		return nil, err
@@ -214,7 +216,7 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 		oflag |= os.O_EXCL
 	}
 	// Never O_APPEND: writes come with their offset (WriteAt).
-	f, err := fsys.OpenFile(r.Filepath, oflag, 0o644)
+	f, err := job.FS().OpenFile(r.Filepath, oflag, 0o644)
 	if err != nil {
 		release()
 		return nil, openStatus(err)
@@ -266,13 +268,19 @@ type writer struct {
 }
 
 func (w *writer) WriteAt(p []byte, off int64) (int, error) {
-	_, end, err := w.srv.BeginJob(context.Background(), server.JobSFTP)
+	job, err := w.srv.BeginJob(context.Background(), server.JobSFTP)
 	if err != nil {
 		return 0, toStatus(err)
 	}
-	defer end()
+	defer job.End()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// The handle's file was opened through a job's filesystem; this write
+	// runs under this job: not once its context has ended (the server
+	// deleted while the write waited for the handle's lock).
+	if job.Context().Err() != nil {
+		return 0, toStatus(context.Cause(job.Context()))
+	}
 	n, err := w.f.WriteAt(p, off)
 	return n, toStatus(err)
 }
@@ -321,12 +329,13 @@ func (h *handlers) Filecmd(r *sftp.Request) (err error) {
 // directory, never of a symbolic link's target (GHSA-rhq6-9rgh-v45c), and
 // never the owner (every file belongs to the system user).
 func (h *handlers) setstat(r *sftp.Request) error {
-	ctx, end, err := h.sess.allowWrite(r.Context(), permUpdate)
+	job, err := h.sess.allowWrite(r.Context(), permUpdate)
 	if err != nil {
 		return err
 	}
-	defer end()
-	fsys := h.files()
+	defer job.End()
+	ctx := job.Context()
+	fsys := job.FS()
 	fi, err := fsys.Lstat(r.Filepath)
 	if err != nil {
 		return toStatus(err)
@@ -385,12 +394,13 @@ func permissionBits(mode uint32, dir bool) fs.FileMode {
 }
 
 func (h *handlers) rename(r *sftp.Request) error {
-	ctx, end, err := h.sess.allowWrite(r.Context(), permUpdate)
+	job, err := h.sess.allowWrite(r.Context(), permUpdate)
 	if err != nil {
 		return err
 	}
-	defer end()
-	if err := h.files().RenameContext(ctx, r.Filepath, r.Target); err != nil {
+	defer job.End()
+	ctx := job.Context()
+	if err := job.FS().RenameContext(ctx, r.Filepath, r.Target); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("rename", map[string]string{"from": r.Filepath, "to": r.Target})
@@ -400,15 +410,16 @@ func (h *handlers) rename(r *sftp.Request) error {
 // rmdir removes a directory and everything in it (as Wings does). A
 // directory that holds a denylisted file is refused whole (by RemoveAll).
 func (h *handlers) rmdir(r *sftp.Request) error {
-	ctx, end, err := h.sess.allowWrite(r.Context(), permDelete)
+	job, err := h.sess.allowWrite(r.Context(), permDelete)
 	if err != nil {
 		return err
 	}
-	defer end()
+	defer job.End()
+	ctx := job.Context()
 	if path.Clean("/"+r.Filepath) == "/" {
 		return errDenied
 	}
-	fsys := h.files()
+	fsys := job.FS()
 	fi, err := fsys.Lstat(r.Filepath)
 	if err != nil {
 		return toStatus(err)
@@ -425,12 +436,12 @@ func (h *handlers) rmdir(r *sftp.Request) error {
 
 // mkdir creates a directory and its missing parents.
 func (h *handlers) mkdir(r *sftp.Request) error {
-	_, end, err := h.sess.allowWrite(r.Context(), permCreate)
+	job, err := h.sess.allowWrite(r.Context(), permCreate)
 	if err != nil {
 		return err
 	}
-	defer end()
-	fsys := h.files()
+	defer job.End()
+	fsys := job.FS()
 	if _, err := fsys.Lstat(r.Filepath); err == nil {
 		return errExists
 	}
@@ -445,11 +456,11 @@ func (h *handlers) mkdir(r *sftp.Request) error {
 // relative to the link's directory (so that it means the same inside the
 // container). pkg/sftp gives the target in Filepath and the link in Target.
 func (h *handlers) symlink(r *sftp.Request) error {
-	_, end, err := h.sess.allowWrite(r.Context(), permCreate)
+	job, err := h.sess.allowWrite(r.Context(), permCreate)
 	if err != nil {
 		return err
 	}
-	defer end()
+	defer job.End()
 	link := path.Clean("/" + r.Target)
 	if link == "/" {
 		return errExists
@@ -467,7 +478,7 @@ func (h *handlers) symlink(r *sftp.Request) error {
 	if err != nil {
 		return errBadLink
 	}
-	if err := h.files().Symlink(rel, link); err != nil {
+	if err := job.FS().Symlink(rel, link); err != nil {
 		return toStatus(err)
 	}
 	h.sess.record("create", link)
@@ -518,12 +529,12 @@ func relativeTo(dir, target string) (string, error) {
 // remove deletes a file or a symbolic link (never a directory, never what
 // a link points to).
 func (h *handlers) remove(r *sftp.Request) error {
-	_, end, err := h.sess.allowWrite(r.Context(), permDelete)
+	job, err := h.sess.allowWrite(r.Context(), permDelete)
 	if err != nil {
 		return err
 	}
-	defer end()
-	fsys := h.files()
+	defer job.End()
+	fsys := job.FS()
 	fi, err := fsys.Lstat(r.Filepath)
 	if err != nil {
 		return toStatus(err)

@@ -570,7 +570,7 @@ func (svc *Service) streamLive(t *Transfer, s *server.Server, url, token string,
 	defer passCancel(nil)
 	client, link := svc.liveClient()
 	defer client.CloseIdleConnections()
-	ls := newLiveSender(passCtx, s.Files().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
+	ls := newLiveSender(passCtx, t.job.FS().Trusted(), version, installLogPath(svc.opts.Config.Get().System.LogDirectory, s.UUID()))
 	reqCtx := ctx
 	if version == liveManifestVersion {
 		repo, ok := svc.opts.Backups.SharedRepositoryID(ctx)

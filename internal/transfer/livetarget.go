@@ -27,12 +27,13 @@ import (
 // that the snapshot a version-5 stream named is restored (livemanifest.go):
 // an informational answer (102 with LiveRestoredHeader).
 func (svc *Service) ReceiveLive(ctx context.Context, id string, version int, body io.Reader, unblock, restored func()) error {
-	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error {
-		return svc.fillLive(t, s, version, body, restored)
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, job *server.Job) error {
+		return svc.fillLive(t, job, version, body, restored)
 	})
 }
 
-func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io.Reader, restored func()) error {
+func (svc *Service) fillLive(t *Transfer, job *server.Job, version int, body io.Reader, restored func()) error {
+	s := job.Server()
 	cfg := svc.opts.Config.Get()
 	cr, err := newChunkReader(ctxReader{t.ctx, body})
 	if err != nil {
@@ -40,10 +41,10 @@ func (svc *Service) fillLive(t *Transfer, s *server.Server, version int, body io
 	}
 	defer cr.Close()
 	a := &applier{
-		ctx: t.ctx, dst: s.Files().Trusted(), r: recReader{cr}, h: newContentHash(),
+		ctx: job.Context(), dst: job.FS().Trusted(), r: recReader{cr}, h: newContentHash(),
 		maxWrite: 1 << 20, sums: map[pathKey]fileSum{},
 		noInstallLog: version < 3, v4: version >= 4, maxLinks: maxHardLinks,
-		v5: version >= liveManifestVersion, restore: svc.liveRestorer(t.server, s.Files().Trusted()), restored: restored,
+		v5: version >= liveManifestVersion, restore: svc.liveRestorer(t.server, job.FS().Trusted()), restored: restored,
 		log: func(pass uint64, phase byte) {
 			svc.opts.Log.Info("live transfer pass", "server", t.server, "direction", "incoming", "pass", pass, "phase", phase)
 		},

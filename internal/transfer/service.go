@@ -130,12 +130,15 @@ func (svc *Service) publisher(s *server.Server, direction string) func(events.Ev
 // another job is refused with a *server.BusyError (409). backups are the
 // UUIDs of the backups the panel selected to go along (Pelican).
 func (svc *Service) Send(s *server.Server, url, token string, backups []string) (*Transfer, error) {
-	// The transfer's own context (t.ctx) bounds it: the job's is not used.
-	_, end, err := s.BeginJob(context.Background(), server.JobTransferOut)
+	// The transfer's context is the job's: it ends with the service, the
+	// server (deleted) and the job.
+	job, err := s.BeginJob(svc.ctx, server.JobTransferOut)
 	if err != nil {
 		return nil, err
 	}
-	t := newTransfer(svc.ctx, s.UUID(), svc.publisher(s, "outgoing"))
+	end := job.End
+	t := newTransfer(job.Context(), s.UUID(), svc.publisher(s, "outgoing"))
+	t.job = job
 	if err := svc.Outgoing.add(t); err != nil {
 		end()
 		return nil, err
@@ -344,12 +347,12 @@ func (svc *Service) everyProgressInterval(report func()) (stop func()) {
 // created here is removed and the backend is told. unblock, when set, is
 // called on a cancel to break a read that waits on the network.
 func (svc *Service) Receive(ctx context.Context, id string, mr *multipart.Reader, unblock func()) error {
-	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, s *server.Server) error { return svc.fill(t, s, mr) })
+	return svc.receiveWith(ctx, id, unblock, func(t *Transfer, job *server.Job) error { return svc.fill(t, job, mr) })
 }
 
 // receiveWith runs an incoming transfer whose files fill writes (from a
 // classic form or a live stream).
-func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), fill func(*Transfer, *server.Server) error) error {
+func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), fill func(*Transfer, *server.Job) error) error {
 	t := newTransfer(ctx, id, nil)
 	if err := svc.Incoming.add(t); err != nil {
 		return err
@@ -428,7 +431,7 @@ func (svc *Service) receiveWith(ctx context.Context, id string, unblock func(), 
 
 // receive registers the server, holding its job slot (end releases it),
 // and fills it.
-func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Server) error) (s *server.Server, end func(), err error) {
+func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server.Job) error) (s *server.Server, end func(), err error) {
 	res, err := svc.opts.Panel.ServerConfiguration(t.ctx, id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("fetching the server configuration: %w", err)
@@ -444,20 +447,25 @@ func (svc *Service) receive(t *Transfer, id string, fill func(*Transfer, *server
 	if err != nil {
 		return nil, nil, err
 	}
-	// A new server: its slot is free.
-	if _, end, err = s.BeginJob(context.Background(), server.JobTransferIn); err != nil {
+	// A new server: its slot is free. The job's context ends with the
+	// transfer's.
+	job, err := s.BeginJob(t.ctx, server.JobTransferIn)
+	if err != nil {
 		return s, nil, err
 	}
+	end = job.End
 	t.setPublisher(svc.publisher(s, "incoming"))
 	t.announce()
 	if !t.setStatus(Processing) {
 		return s, end, context.Cause(t.ctx)
 	}
-	return s, end, fill(t, s)
+	return s, end, fill(t, job)
 }
 
-// fill extracts the archive into the registered server and creates its container.
-func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) error {
+// fill extracts the archive into the registered server, through its
+// transfer job, and creates its container.
+func (svc *Service) fill(t *Transfer, job *server.Job, mr *multipart.Reader) error {
+	s := job.Server()
 	cfg := svc.opts.Config.Get()
 	opts := archive.ExtractOptions{
 		WriteLimit: int64(cfg.System.Transfers.DownloadLimit) * 1024 * 1024,
@@ -472,7 +480,7 @@ func (svc *Service) fill(t *Transfer, s *server.Server, mr *multipart.Reader) er
 	}
 	extra.setBounds(cfg.System.Transfers.MaxBackups, cfg.System.Transfers.MaxBackupSize, s.Files().DiskLimit())
 	defer extra.discard()
-	if err := receive(t.ctx, mr, s.Files().Trusted(), opts, extra); err != nil {
+	if err := receive(job.Context(), mr, job.FS().Trusted(), opts, extra); err != nil {
 		return err
 	}
 	if err := svc.mark(svc.markerDir(), t.server, stageContainer); err != nil {

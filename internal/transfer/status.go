@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/wharf/wharf/internal/events"
+	"github.com/wharf/wharf/internal/server"
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -71,6 +72,10 @@ type Transfer struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	publish func(events.Event)
+	// job is an outgoing transfer's claim of the server's job slot: its
+	// writable filesystem is the only one the sender reads with directory
+	// handles (the live sender); nil for an incoming transfer.
+	job *server.Job
 
 	mu     sync.Mutex
 	status Status

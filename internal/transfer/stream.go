@@ -53,7 +53,7 @@ var errAnswered = errors.New("the destination answered before the end of the arc
 // fields `checksum` and `checksum_archive`, the hex SHA-256 of the archive
 // bytes, then what extra carries (backups, install log). Authorization
 // carries token exactly as given. Any answer but 200 is a *StatusError.
-func push(ctx context.Context, client *http.Client, url, token string, src *sandbox.FS, level int, progress func(archive.Progress), extra outgoing) error {
+func push(ctx context.Context, client *http.Client, url, token string, src archive.Source, level int, progress func(archive.Progress), extra outgoing) error {
 	return pushForm(ctx, client, url, token, func(mw *multipart.Writer) error {
 		return writeForm(ctx, mw, src, level, progress, extra)
 	})
@@ -106,7 +106,7 @@ func (b pipeBody) WriteTo(w io.Writer) (int64, error) {
 	return io.CopyBuffer(w, b.PipeReader, make([]byte, 1<<20))
 }
 
-func writeForm(ctx context.Context, mw *multipart.Writer, src *sandbox.FS, level int, progress func(archive.Progress), extra outgoing) error {
+func writeForm(ctx context.Context, mw *multipart.Writer, src archive.Source, level int, progress func(archive.Progress), extra outgoing) error {
 	part, err := mw.CreateFormFile(partArchive, "archive.tar.gz")
 	if err != nil {
 		return err
