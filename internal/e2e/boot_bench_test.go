@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 // client, from the start of the process to the first answered request
 // (boot-s), then to every running server reported running again
 // (reattached-s). It reports the daemon's CPU from its start to the first
-// answer (boot-cpu-s) and its RSS then.
+// answer (boot-cpu-s) and its RSS then. WHARF_BENCH_BOOT_LOG=<file> keeps
+// the last boot's log there.
 func BenchmarkBoot1000Servers(b *testing.B) {
 	testimages.RequireDocker(b)
 	testimages.GameServer(context.Background(), b)
@@ -76,6 +78,13 @@ func BenchmarkBoot1000Servers(b *testing.B) {
 		}, "the running servers to be reported running after the boot\n%s", n.log)
 		reattached += time.Since(t0)
 		runs++
+		if path := os.Getenv("WHARF_BENCH_BOOT_LOG"); path != "" {
+			// The last boot's log (its timestamps say where the time went).
+			l := n.log.String()
+			if err := os.WriteFile(path, []byte(l[max(0, strings.LastIndex(l, "msg=starting")-80):]), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 		b.StartTimer()
 	}
 	b.ReportMetric(boot.Seconds()/float64(runs), "boot-s")
