@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -160,6 +161,14 @@ func (g *guardedRuntime) Start(ctx context.Context, name string) error {
 		return usererr.Wrap(err, usererr.Conflict, "The node's network firewall is not in place, so no server or installer starts on this node: "+err.Error())
 	}
 	return g.Runtime.Start(ctx, name)
+}
+
+// ListRunning is the engine's, when it has one (runtime.RunningLister).
+func (g *guardedRuntime) ListRunning(ctx context.Context) (map[string]bool, error) {
+	if l, ok := g.Runtime.(runtime.RunningLister); ok {
+		return l.ListRunning(ctx)
+	}
+	return nil, errors.ErrUnsupported
 }
 
 // EnsureNetwork adds a bridge network the servers use to the firewall; its

@@ -174,6 +174,13 @@ func (q *Queue) TakeRecent(spare []Frame, cutoff time.Time, keep int, marker fun
 // cutoff, except the newest keep console lines; it returns the batch and
 // how many lines it removed.
 func skipOld(batch []Frame, cutoff time.Time, keep int) ([]Frame, int) {
+	out, n, _ := skipOldAt(batch, cutoff, keep)
+	return out, n
+}
+
+// skipOldAt is skipOld that also returns where the first removed line was
+// in the returned batch.
+func skipOldAt(batch []Frame, cutoff time.Time, keep int) ([]Frame, int, int) {
 	lines := 0
 	for i := range batch {
 		if batch[i].Name == ConsoleOutput {
@@ -182,14 +189,17 @@ func skipOld(batch []Frame, cutoff time.Time, keep int) ([]Frame, int) {
 	}
 	skippable := lines - keep // the lines before the newest keep ones
 	if skippable <= 0 {
-		return batch, 0
+		return batch, 0, 0
 	}
-	w, n, line := 0, 0, 0
+	w, n, line, first := 0, 0, 0, 0
 	for r := range batch {
 		f := batch[r]
 		if f.Name == ConsoleOutput {
 			line++
 			if line <= skippable && !f.Kept && f.At.Before(cutoff) {
+				if n == 0 {
+					first = w
+				}
 				n++
 				continue
 			}
@@ -198,7 +208,7 @@ func skipOld(batch []Frame, cutoff time.Time, keep int) ([]Frame, int) {
 		w++
 	}
 	clear(batch[w:])
-	return batch[:w], n
+	return batch[:w], n, first
 }
 
 // SkippedText is the text of the marker of n skipped console lines.
@@ -209,9 +219,34 @@ func SkippedText(n int) string {
 // SkippedMarker is the console line that stands for n skipped ones.
 func SkippedMarker(n int) Frame { return Encode(New(ConsoleOutput, SkippedText(n))) }
 
+// SkipOld is TakeRecent's skipping by age for frames already taken from
+// the queue (issue 38: a writer that waited for a slow socket checks the
+// rest of its batch again before each write): the console lines published
+// before cutoff, except the newest keep, are removed in place, and one
+// marker (marker(n), SkippedMarker when nil) stands in front of the first
+// console line kept after them (behind a marker of an earlier skip). A
+// marker is never skipped itself.
+func SkipOld(batch []Frame, cutoff time.Time, keep int, marker func(n int) Frame) []Frame {
+	out, n, at := skipOldAt(batch, cutoff, keep)
+	if n == 0 {
+		return out
+	}
+	if marker == nil {
+		marker = SkippedMarker
+	}
+	m := marker(n)
+	m.Kept = true
+	out = append(out, Frame{})
+	copy(out[at+1:], out[at:])
+	out[at] = m
+	return out
+}
+
 // insertMarker puts marker in front of the first console line of batch (at
-// its end when it has none).
+// its end when it has none). The marker is Kept: a later skip of the same
+// frames leaves it (its count stays exact).
 func insertMarker(batch []Frame, marker Frame) []Frame {
+	marker.Kept = true
 	at := len(batch)
 	for i := range batch {
 		if batch[i].Name == ConsoleOutput {

@@ -253,3 +253,31 @@ func TestTakeRecentSkipsOldLines(t *testing.T) {
 	got = frameTexts(t, q2.TakeRecent(nil, cutoff, 1, marker))
 	sameTexts(t, got, "event:status", "skipped 9", "notice", "9")
 }
+
+// SkipOld skips again in frames already taken (a writer's rest of batch
+// after a slow write): the first marker is kept and not counted as a line,
+// and the second counts only the lines it skipped.
+func TestSkipOldOnTakenFrames(t *testing.T) {
+	b := NewBus()
+	q := NewQueue(func() int { return 100 }, nil, nil)
+	b.Attach(q)
+	var burst []Event
+	for i := range 10 {
+		burst = append(burst, New(ConsoleOutput, strconv.Itoa(i)))
+	}
+	b.PublishAll(burst)
+	batch := q.TakeRecent(nil, time.Now().Add(-time.Hour), 3, nil) // nothing old yet
+	if len(batch) != 10 {
+		t.Fatalf("%d frames", len(batch))
+	}
+	cutoff := time.Now().Add(time.Hour) // every line is old now
+	rest := SkipOld(batch[2:], cutoff, 3, nil)
+	sameTexts(t, frameTexts(t, rest), SkippedText(5), "7", "8", "9")
+	// Once more on what is left: the marker is not skipped or counted.
+	rest = SkipOld(rest, cutoff, 1, nil)
+	sameTexts(t, frameTexts(t, rest), SkippedText(5), SkippedText(2), "9") // in order
+	// Nothing old: unchanged.
+	if got := SkipOld(rest, time.Now().Add(-time.Hour), 0, nil); len(got) != 3 {
+		t.Fatalf("%d frames left, want 3", len(got))
+	}
+}

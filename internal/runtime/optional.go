@@ -69,3 +69,10 @@ type EngineFactser interface {
 type NetworkInspector interface {
 	InspectNetwork(ctx context.Context, name string) (NetworkInfo, error)
 }
+
+// RunningLister lists the engine's running containers by name in one call
+// (issue 38: the boot re-attaches a node's running servers from one list
+// instead of inspecting every server's container).
+type RunningLister interface {
+	ListRunning(ctx context.Context) (map[string]bool, error)
+}

@@ -144,12 +144,17 @@ func (m *Manager) statesPath() string {
 // Restore brings every server back to where it was: a running container is
 // re-attached (never restarted or re-created); a server that was running when
 // the host went down is started again; everything else is offline.
+//
+// With an engine that lists its running containers in one call (issue 38),
+// the running ones are re-attached in the background (restore.go) and
+// Restore returns without waiting for them; otherwise each server's
+// container is inspected before it returns.
 func (m *Manager) Restore(ctx context.Context) {
-	saved := map[string]State{}
-	if data, err := os.ReadFile(m.statesPath()); err == nil {
-		if err := json.Unmarshal(data, &saved); err != nil {
-			m.log.Warn("ignoring an unreadable states file", "error", err)
-		}
+	saved := m.savedStates()
+	if running, ok := m.listRunning(ctx); ok {
+		m.restoreListed(running, saved)
+		m.saveStates()
+		return
 	}
 	var g errgroup.Group
 	g.SetLimit(4)

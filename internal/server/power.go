@@ -76,6 +76,13 @@ func (s *Server) PowerAsync(a PowerAction, wait time.Duration) error {
 		}
 		return nil
 	}
+	if wait <= 0 && s.restorePending() != nil {
+		// The re-attach at boot holds the lock: the action waits for it.
+		if !s.goServer(func() { s.report(a, s.Power(s.ctx, a, restoreWait), false) }) {
+			return ErrDeleted
+		}
+		return nil
+	}
 	if wait <= 0 {
 		ctx, release, ok := s.power.tryAcquire(s.ctx)
 		if !ok {
@@ -370,7 +377,10 @@ func (s *Server) kill(ctx context.Context) error {
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
 		err = nil
 	}
-	if err == nil && !s.waitForState(ctx, Offline, killWait) && s.State() != Offline {
+	s.mu.RLock()
+	attached := s.run != nil // none during the re-attach at boot: no exit will be reported
+	s.mu.RUnlock()
+	if err == nil && (!attached || !s.waitForState(ctx, Offline, killWait)) && s.State() != Offline {
 		// No attached process reported the exit: settle the state ourselves.
 		s.detach()
 		s.setState(Offline)

@@ -224,6 +224,7 @@ func (s *Server) onOutput(line string, out *outputBatch) {
 
 // SendCommand writes a line to the process's standard input.
 func (s *Server) SendCommand(line string) error {
+	s.waitRestored() // a command sent right after boot waits for the re-attach
 	s.mu.RLock()
 	run := s.run
 	st := s.state

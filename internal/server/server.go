@@ -118,6 +118,7 @@ type Server struct {
 	lastCrash   time.Time
 	stateChange chan struct{} // closed and replaced on every state change
 	run         *containerRun // the attached container, nil when none
+	restoring   chan struct{} // closed when the re-attach at boot is over; nil when none (restore.go)
 	deleted     bool
 
 	// expectedExit is set when we stop or kill the process ourselves, so

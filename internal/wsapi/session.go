@@ -532,12 +532,17 @@ func (s *session) writeLoop() {
 		// A client that reads slowly is not closed: its queue drops the
 		// oldest lines and TakeRecent skips old ones (issue 38); one that
 		// stops reading is closed by the write deadline.
+		// Each slice waits for the socket; the lines of the rest that grew
+		// old meanwhile are skipped before the next one (issue 38).
 		for rest := batch; len(rest) > 0; {
 			n := min(len(rest), writeSlice)
 			if !s.write(rest[:n]) {
 				return
 			}
 			rest = rest[n:]
+			if len(rest) > 0 {
+				rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
+			}
 		}
 	}
 }

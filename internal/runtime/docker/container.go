@@ -385,6 +385,22 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (runtime.State, erro
 	return st, nil
 }
 
+// ListRunning returns the names of the engine's running containers, in one
+// call (runtime.RunningLister).
+func (r *Runtime) ListRunning(ctx context.Context) (map[string]bool, error) {
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{})
+	if err != nil {
+		return nil, wrap("list", "", err)
+	}
+	out := make(map[string]bool, len(res.Items))
+	for _, c := range res.Items {
+		for _, n := range c.Names {
+			out[strings.TrimPrefix(n, "/")] = true
+		}
+	}
+	return out, nil
+}
+
 // Remove force-removes the container and its anonymous volumes. A missing
 // container is not an error. With a node, a container whose NodeLabel names
 // another node is left alone (*runtime.OtherNodeError), and the container

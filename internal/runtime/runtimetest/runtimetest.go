@@ -16,7 +16,10 @@ import (
 	"github.com/wharf/wharf/internal/runtime"
 )
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime       = (*Runtime)(nil)
+	_ runtime.RunningLister = (*Runtime)(nil)
+)
 
 // Process is how the fake process of a container behaves.
 type Process struct {
@@ -43,6 +46,7 @@ type Runtime struct {
 	proc       Process
 	containers map[string]*container
 	calls      []string
+	attachGate <-chan struct{}
 }
 
 // New returns an engine whose containers behave as p from their next start.
@@ -143,14 +147,37 @@ func (r *Runtime) Create(_ context.Context, spec runtime.ContainerSpec) error {
 	return nil
 }
 
+// HoldAttach makes every Attach from now on wait until gate is closed or
+// the caller's context ends (a slow engine at boot); nil lets them through.
+func (r *Runtime) HoldAttach(gate <-chan struct{}) {
+	r.mu.Lock()
+	r.attachGate = gate
+	r.mu.Unlock()
+}
+
 // Attach returns the container's stdin and the output of its current (or
 // next) run, which ends when the process exits.
-func (r *Runtime) Attach(_ context.Context, name string) (runtime.Stream, error) {
+func (r *Runtime) Attach(ctx context.Context, name string) (runtime.Stream, error) {
+	r.mu.Lock()
+	gate := r.attachGate
+	r.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, err := r.get(name)
 	if err != nil {
 		return nil, err
+	}
+	if c.running && c.out.left() {
+		// A new attachment to a running process (a daemon's re-attach
+		// after the previous one closed its own): output from now on.
+		c.out = newPipe()
 	}
 	return &stream{r: r, c: c, out: c.out}, nil
 }
@@ -266,6 +293,21 @@ func (r *Runtime) Wait(ctx context.Context, name string) (runtime.State, error) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return c.last, nil
+}
+
+// ListRunning returns the names of the running containers, recorded as
+// the call "list".
+func (r *Runtime) ListRunning(context.Context) (map[string]bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.record("list")
+	out := map[string]bool{}
+	for name, c := range r.containers {
+		if c.running {
+			out[name] = true
+		}
+	}
+	return out, nil
 }
 
 // Inspect returns the container's state.
@@ -433,6 +475,13 @@ func (p *pipe) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closed
+}
+
+// left reports whether the reader closed the pipe.
+func (p *pipe) left() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
 }
 
 func (p *pipe) closeRead() {
