@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // The operations below let a caller that holds a Dir (an extraction
@@ -19,7 +21,7 @@ import (
 
 // DirID identifies a directory (its device and inode), so that a Dir
 // reopened another way can be known to be the same directory.
-type DirID struct{ id inode }
+type DirID struct{ id fdwalk.Inode }
 
 // ID returns the identity of the directory d holds.
 func (d *Dir) ID() (DirID, error) {
@@ -27,7 +29,7 @@ func (d *Dir) ID() (DirID, error) {
 	if err := fstatRaw(d.rc, &st); err != nil {
 		return DirID{}, wrap("stat", d.rel, err)
 	}
-	return DirID{inode{uint64(st.Dev), st.Ino}}, nil
+	return DirID{fdwalk.InodeOf(&st)}, nil
 }
 
 // Lstat returns the FileInfo of the entry base itself (a link is not
@@ -38,10 +40,10 @@ func (d *Dir) Lstat(base string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &statEntry{name: base}
+	e := &fdwalk.Entry{Base: base}
 	var serr error
 	if err := d.rc.Control(func(dfd uintptr) {
-		serr = unix.Fstatat(int(dfd), base, (*unix.Stat_t)(unsafe.Pointer(&e.st)), unix.AT_SYMLINK_NOFOLLOW)
+		serr = unix.Fstatat(int(dfd), base, (*unix.Stat_t)(unsafe.Pointer(&e.St)), unix.AT_SYMLINK_NOFOLLOW)
 	}); err != nil {
 		return nil, closedErr(op, rel, err)
 	}
@@ -64,7 +66,7 @@ func (d *Dir) name(op, base string) (string, error) {
 // the open's error, err that of d being closed.
 func (d *Dir) openat(name string, flags int) (fd int, oerr, err error) {
 	fd = -1
-	err = d.rc.Control(func(dfd uintptr) { fd, oerr = openat(int(dfd), name, flags) })
+	err = d.rc.Control(func(dfd uintptr) { fd, oerr = fdwalk.Openat(int(dfd), name, flags) })
 	return fd, oerr, err
 }
 
@@ -76,7 +78,7 @@ func (d *Dir) Sub(base string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, oerr, err := d.openat(base, dirFlags)
+	fd, oerr, err := d.openat(base, fdwalk.DirFlags)
 	if err != nil {
 		return nil, closedErr(op, rel, err)
 	}
@@ -100,14 +102,14 @@ func (d *Dir) Up(want DirID) (*Dir, error) {
 		return nil, newErr(op, d.rel, ErrNotExist)
 	}
 	up, _ := split(d.rel)
-	fd, oerr, err := d.openat("..", dirFlags)
+	fd, oerr, err := d.openat("..", fdwalk.DirFlags)
 	if err != nil {
 		return nil, closedErr(op, up, err)
 	}
 	if oerr != nil {
 		return nil, wrap(op, up, oerr)
 	}
-	if id, err := fdInode(fd); err != nil || id != want.id {
+	if id, err := fdwalk.FdInode(fd); err != nil || id != want.id {
 		_ = unix.Close(fd)
 		return nil, newErr(op, up, ErrNotExist)
 	}
