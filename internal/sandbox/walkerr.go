@@ -47,7 +47,8 @@ var (
 // deniedDir reports whether the directory l of a walk, at rel, or one of
 // its ancestors matches the denylist dl, computed once per directory (the
 // walk never changes dl midway: a denylist replaced during a walk applies
-// from the next one). Concurrent callers may compute it twice, the same.
+// from the next one), kept in the level's Memo: 0 not known yet, 1 no,
+// 2 yes. Concurrent callers may compute it twice, the same.
 func deniedDir(l *fdwalk.Level, dl *denylist, rel string) bool {
 	switch l.Memo.Load() {
 	case 1:

@@ -25,6 +25,7 @@ const Held = 16
 type Level struct {
 	fd    int
 	id    Inode
+	known bool          // id is known (Open, Start; Adopt learns it on closing)
 	ctime unix.Timespec // when opened by Open: to tell a listing ahead is still current
 	name  string        // its name in its parent (for reopening by name)
 	up    *Level        // its parent; nil at the start of the walk
@@ -36,7 +37,14 @@ type Level struct {
 
 // Start makes the level where a walk starts of fd (owned by the level
 // from now on), whose identity the caller checked to be id.
-func Start(fd int, id Inode) *Level { return &Level{fd: fd, id: id} }
+func Start(fd int, id Inode) *Level { return &Level{fd: fd, id: id, known: true} }
+
+// Adopt makes the level of fd, the directory name of parent opened by the
+// caller (with its own checks), owned by the level from now on. Its
+// identity is learnt when a Stack closes it.
+func Adopt(parent *Level, name string, fd int) *Level {
+	return &Level{fd: fd, name: name, up: parent}
+}
 
 // FD is the level's descriptor, -1 while closed.
 func (l *Level) FD() int { return l.fd }
@@ -71,7 +79,7 @@ func Open(parent *Level, name string, want Inode) (*Level, error) {
 		}
 		return nil, ErrSwapped
 	}
-	return &Level{fd: fd, id: want, ctime: st.Ctim, name: name, up: parent}, nil
+	return &Level{fd: fd, id: want, known: true, ctime: st.Ctim, name: name, up: parent}, nil
 }
 
 // ReopenParent opens again the closed parent of l, which is open: through
@@ -81,15 +89,29 @@ func Open(parent *Level, name string, want Inode) (*Level, error) {
 // of them was moved or removed: the walk can then not tell what it has
 // covered).
 func ReopenParent(l *Level) error {
-	p := l.up
-	if fd, err := Openat(l.fd, "..", DirFlags); err == nil {
-		if id, err := FdInode(fd); err == nil && id == p.id {
-			p.fd = fd
-			return nil
-		}
-		_ = unix.Close(fd)
+	if reopenUp(l) {
+		return nil
 	}
-	return reopenByName(p)
+	return reopenByName(l.up)
+}
+
+// reopenUp opens again the closed parent of l, which is open, through l's
+// "..", when that is still the same directory.
+func reopenUp(l *Level) bool {
+	p := l.up
+	if !p.known {
+		return false
+	}
+	fd, err := Openat(l.fd, "..", DirFlags)
+	if err != nil {
+		return false
+	}
+	if id, err := FdInode(fd); err == nil && id == p.id {
+		p.fd = fd
+		return true
+	}
+	_ = unix.Close(fd)
+	return false
 }
 
 // reopenByName opens l again from its nearest open ancestor, one name at
@@ -108,7 +130,7 @@ func reopenByName(l *Level) error {
 		fd, err := Openat(a.up.fd, a.name, DirFlags)
 		if err == nil {
 			var id Inode
-			if id, err = FdInode(fd); err == nil && id != a.id {
+			if id, err = FdInode(fd); err == nil && (id != a.id || !a.known) {
 				err = ErrMoved
 			}
 			if err != nil {

@@ -45,18 +45,19 @@ type Walker struct {
 // fs.SkipDir and fs.SkipAll work as in fs.WalkDir, except that fs.SkipAll
 // is returned (the caller makes it nil).
 func (c *Walker) Walk(ctx context.Context, top *Level, rel string, d fs.DirEntry) error {
-	w := &walker{c: c, ctx: ctx, buf: make([]byte, BufSize)}
+	w := &walker{c: c, ctx: ctx, buf: make([]byte, BufSize), stack: NewStack(top, Held, 1)}
 	w.ahead.on, w.ahead.tune = true, c.Tune
 	defer w.ahead.stop()
-	defer top.Close()
+	defer w.stack.Close()
 	return skipDirIsNil(w.walkEntries(top, 0, rel, d, nil, nil))
 }
 
 // walker is one sequential walk.
 type walker struct {
-	c   *Walker
-	ctx context.Context
-	buf []byte
+	c     *Walker
+	ctx   context.Context
+	buf   []byte
+	stack *Stack // the way from the start to the directory walked
 
 	ahead lister // lists the next directories meanwhile (ahead.go)
 }
@@ -107,9 +108,9 @@ func (w *walker) walkEntries(dir *Level, depth int, rel string, d fs.DirEntry, e
 	return nil
 }
 
-// enter walks the subdirectory it of parent (j: its listing ahead, or
-// nil). Beyond Held the parent's descriptor is closed meanwhile and
-// reopened afterwards.
+// enter walks the subdirectory it of parent, the top of the stack (j: its
+// listing ahead, or nil). Beyond Held the parent's descriptor is closed
+// meanwhile (Push) and reopened afterwards (Pop).
 func (w *walker) enter(parent *Level, depth int, rel string, it *Item, j *aheadJob) error {
 	if err := w.ctx.Err(); err != nil {
 		if j != nil {
@@ -124,18 +125,14 @@ func (w *walker) enter(parent *Level, depth int, rel string, it *Item, j *aheadJ
 		}
 		return skipDirIsNil(w.c.Fn(rel, it, w.c.Wrap(rel, err)))
 	}
-	defer sub.Close()
-	if depth > Held {
-		parent.Close()
-	}
+	w.stack.Push(sub)
 	entries, kids := w.ahead.take(j, sub, w.buf)
 	if err := w.walkEntries(sub, depth, rel, it, entries, kids); err != nil {
+		w.stack.Drop()
 		return err
 	}
-	if parent.fd < 0 {
-		if err := ReopenParent(sub); err != nil {
-			return w.c.Moved(parentOf(rel))
-		}
+	if err := w.stack.Pop(); err != nil {
+		return w.c.Moved(parentOf(rel))
 	}
 	return nil
 }
@@ -275,7 +272,9 @@ func (w *parWalk) list(j parJob, dir *Level, buf []byte) {
 		return
 	}
 	if j.depth+1 >= Held {
-		seq := &walker{c: w.c, ctx: w.ctx, buf: buf}
+		// The stack's start is dir, at j.depth: the levels before Held
+		// stay open, as in Walk. Its caller closes dir.
+		seq := &walker{c: w.c, ctx: w.ctx, buf: buf, stack: NewStack(dir, max(0, Held-j.depth), 1)}
 		w.fail(seq.walkEntries(dir, j.depth, j.rel, j.d, nil, nil))
 		return
 	}
@@ -302,7 +301,7 @@ func (w *parWalk) list(j parJob, dir *Level, buf []byte) {
 	}
 	// The directory stays open for its subdirectories' jobs: the last one
 	// to open itself closes it (list's caller then must not).
-	held := &Level{fd: dir.fd, id: dir.id, name: dir.name, up: dir.up}
+	held := &Level{fd: dir.fd, id: dir.id, known: dir.known, name: dir.name, up: dir.up}
 	dir.fd = -1
 	var holds atomic.Int64
 	holds.Store(int64(len(subdirs)))
