@@ -88,23 +88,6 @@ func ParseDirent(b []byte) (name []byte, typ uint8, reclen int, ok bool) {
 	return name, b[18], reclen, true
 }
 
-// eachRecord calls fn for each record of buf but deleted ones, "." and
-// "..", until a record does not fit in buf.
-func eachRecord(buf []byte, fn func(name []byte, typ uint8)) {
-	for {
-		name, typ, n, ok := ParseDirent(buf)
-		if !ok {
-			return
-		}
-		deleted := binary.NativeEndian.Uint64(buf) == 0 // d_ino
-		buf = buf[n:]
-		if deleted || string(name) == "." || string(name) == ".." {
-			continue
-		}
-		fn(name, typ)
-	}
-}
-
 // AppendNames appends the names of the getdents64 records in buf
 // (ParseDirent) but deleted ones, "." and "..", as unix.ParseDirent does,
 // cut from one string for all of them (ParseDirent allocates one per
@@ -112,10 +95,19 @@ func eachRecord(buf []byte, fn func(name []byte, typ uint8)) {
 func AppendNames(names []string, buf []byte) []string {
 	var all []byte
 	var ends []int
-	eachRecord(buf, func(name []byte, _ uint8) {
+	for {
+		name, _, n, ok := ParseDirent(buf)
+		if !ok {
+			break
+		}
+		deleted := binary.NativeEndian.Uint64(buf) == 0 // d_ino
+		buf = buf[n:]
+		if deleted || string(name) == "." || string(name) == ".." {
+			continue
+		}
 		all = append(all, name...)
 		ends = append(ends, len(all))
-	})
+	}
 	s, from := string(all), 0
 	for _, end := range ends {
 		names = append(names, s[from:end])
