@@ -179,12 +179,12 @@ func BenchmarkRestoreFormats(b *testing.B) {
 					// whose blocks are not allocated yet costs nothing.
 					syscall.Sync()
 				}
-				src := restoreSource(b, svc, srv, id)
+				plan, src := restoreSource(b, svc, srv, id)
 				stop := profile(b, "restore-"+format)
 				cpu0 := cpuTime()
 				b.StartTimer()
 				dst := tree.Open(b, out)
-				_, err := svc.extract(context.Background(), benchServer{files: dst}, dst.Trusted(), RestoreRequest{Adapter: Local, TruncateDirectory: true}, src)
+				_, err := svc.extract(context.Background(), benchServer{files: dst}, dst.Trusted(), plan, src)
 				b.StopTimer()
 				b.ReportMetric(cpuTime()-cpu0, "cpu-s/op")
 				stop()
@@ -198,25 +198,20 @@ func BenchmarkRestoreFormats(b *testing.B) {
 	}
 }
 
-// restoreSource opens backup id of srv as Restore does.
-func restoreSource(b *testing.B, svc *Service, srv benchServer, id string) io.ReadCloser {
-	p, err := svc.Locate(srv, id)
-	if err == nil {
-		f, err := os.Open(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
-	}
-	st, m, err := svc.repoManifest(svc.cfg.Get(), srv.UUID(), id)
+// restoreSource opens backup id of srv as Restore does (a truncating
+// local restore) and returns its plan.
+func restoreSource(b *testing.B, svc *Service, srv benchServer, id string) (restorePlan, io.ReadCloser) {
+	in, path, repo, err := svc.restoreFacts(srv, id, RestoreRequest{Adapter: Local, TruncateDirectory: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	repo := &repoSource{st: st, m: m}
-	if m.Bare {
-		repo.ReadCloser = st.Reader(m)
-	} else {
-		repo.ReadCloser = gzipStream(context.Background(), st, m, 0, "")
+	plan, err := planRestore(in)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return repo
+	src, err := svc.openRestoreSource(context.Background(), plan, "", path, repo)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return plan, src
 }

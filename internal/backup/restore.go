@@ -42,29 +42,16 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 	if !ids.IsUUID(backup) {
 		return ErrBadUUID
 	}
-	var (
-		path string
-		repo *repoSource
-	)
-	switch req.Adapter {
-	case Local:
-		p, err := s.Locate(srv, backup)
-		if errors.Is(err, ErrNotFound) {
-			st, m, rerr := s.repoManifest(s.cfg.Get(), srv.UUID(), backup)
-			if rerr != nil {
-				return rerr
-			}
-			repo = &repoSource{st: st, m: m}
-		} else if err != nil {
-			return err
-		}
-		path = p
-	case ObjectStore:
-		if req.DownloadURL == "" {
-			return ErrNoURL
-		}
-	default:
-		return ErrBadAdapter
+	if req.Adapter == ObjectStore && req.DownloadURL == "" {
+		return ErrNoURL
+	}
+	facts, path, repo, err := s.restoreFacts(srv, backup, req)
+	if err != nil {
+		return err
+	}
+	plan, err := planRestore(facts)
+	if err != nil {
+		return err
 	}
 	// The job's context ends when the service or the server ends.
 	job, err := srv.BeginJob(s.ctx, server.JobRestore)
@@ -72,50 +59,145 @@ func (s *Service) Restore(ctx context.Context, srv Server, backup string, req Re
 		return err
 	}
 	jctx, end := job.Context(), job.End
-	var src io.ReadCloser
-	if req.Adapter == ObjectStore {
-		// The request is made now, so that a refused address, status or
-		// content type is answered with 400 before anything changes.
-		body, err := s.download(jctx, req.DownloadURL)
-		if err != nil {
-			end()
-			return err
-		}
-		src = body
-	} else if repo != nil {
-		// A bare stream is extracted as it is stored (its chunks are
-		// checked as they are read); an older one has its integrity entry.
-		if repo.m.Bare {
-			repo.ReadCloser = repo.st.Reader(repo.m)
-		} else {
-			repo.ReadCloser = gzipStream(jctx, repo.st, repo.m, archive.LevelNone, s.cfg.Get().System.TmpDirectory)
-		}
-		src = repo
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			end()
-			return ErrNotFound
-		}
-		src = f
+	src, err := s.openRestoreSource(jctx, plan, req.DownloadURL, path, repo)
+	if err != nil {
+		end()
+		return err
 	}
 	s.wg.Go(func() {
 		defer end()
 		defer src.Close()
-		s.restore(job, srv, backup, req, src)
+		s.restore(job, srv, backup, plan, src)
 	})
 	return nil
+}
+
+// sourceKind is where a restore reads its archive from.
+type sourceKind int
+
+const (
+	// sourceDownload: the archive the panel's URL gives (object_store).
+	sourceDownload sourceKind = iota + 1
+	// sourceArchive: the node's local .tar.gz of the backup.
+	sourceArchive
+	// sourceRepoBare: a repository backup stored as a bare stream, extracted
+	// as it is stored (its chunks are checked as they are read).
+	sourceRepoBare
+	// sourceRepoGzip: an older repository backup, read as a tar.gz with its
+	// integrity entry.
+	sourceRepoGzip
+)
+
+// restoreInputs are the four facts a restore's source and steps depend on.
+type restoreInputs struct {
+	adapter   Adapter
+	truncate  bool // truncate_directory
+	localFile bool // local: the backup is a .tar.gz on this node (else it is in the repository)
+	bare      bool // local, from the repository: its manifest says a bare stream
+}
+
+// restorePlan is what planRestore decided: the source and what the restore
+// does with it.
+type restorePlan struct {
+	source sourceKind
+	// checkFirst: the local archive is read once completely (archive.Check)
+	// before the directory is emptied, so that a corrupt archive changes
+	// nothing.
+	checkFirst bool
+	// listNames: the repository backup is read whole (every chunk checked)
+	// before anything changes, and the names it writes are kept, so that
+	// only what it does not write again is removed (archive.Prune).
+	listNames bool
+	// truncate: the directory is emptied once the archive is known to be
+	// readable (Ready: after its first entry).
+	truncate bool
+	// plain: the stream is a bare tar without the integrity entry.
+	plain bool
+	// checkChunks: a failed extraction asks the repository whether a
+	// chunk is damaged (the extractor may wrap the chunk error in its own).
+	checkChunks bool
+	// adapter is the request's; from names the source in the message to
+	// the console.
+	adapter Adapter
+	from    string
+}
+
+// planRestore decides a restore's source and steps from the four facts,
+// in one place. An adapter that is neither local nor object_store is
+// ErrBadAdapter.
+func planRestore(in restoreInputs) (restorePlan, error) {
+	p := restorePlan{adapter: in.adapter, truncate: in.truncate, from: "local"}
+	switch {
+	case in.adapter == ObjectStore:
+		p.source, p.from = sourceDownload, "remote"
+	case in.adapter != Local:
+		return restorePlan{}, ErrBadAdapter
+	case in.localFile:
+		p.source, p.checkFirst = sourceArchive, in.truncate
+	case in.bare:
+		p.source, p.plain = sourceRepoBare, true
+	default:
+		p.source = sourceRepoGzip
+	}
+	if p.source == sourceRepoBare || p.source == sourceRepoGzip {
+		p.listNames, p.checkChunks = in.truncate, true
+	}
+	return p, nil
+}
+
+// restoreFacts finds where the backup is (for local: the node's archive
+// at path, else the repository's manifest in repo; a backup in neither is
+// ErrNotFound).
+func (s *Service) restoreFacts(srv Server, backup string, req RestoreRequest) (in restoreInputs, path string, repo *repoSource, err error) {
+	in = restoreInputs{adapter: req.Adapter, truncate: req.TruncateDirectory}
+	if req.Adapter != Local {
+		return in, "", nil, nil
+	}
+	path, err = s.Locate(srv, backup)
+	if errors.Is(err, ErrNotFound) {
+		st, m, rerr := s.repoManifest(s.cfg.Get(), srv.UUID(), backup)
+		if rerr != nil {
+			return in, "", nil, rerr
+		}
+		in.bare = m.Bare
+		return in, "", &repoSource{st: st, m: m}, nil
+	}
+	in.localFile = err == nil
+	return in, path, nil, err
+}
+
+// openRestoreSource opens plan's source: the download (the request is
+// made now, so that a refused address, status or content type is answered
+// with 400 before anything changes), the local archive, or the repository
+// stream.
+func (s *Service) openRestoreSource(ctx context.Context, plan restorePlan, url, path string, repo *repoSource) (io.ReadCloser, error) {
+	switch plan.source {
+	case sourceDownload:
+		return s.download(ctx, url)
+	case sourceRepoBare:
+		repo.ReadCloser = repo.st.Reader(repo.m)
+		return repo, nil
+	case sourceRepoGzip:
+		repo.ReadCloser = gzipStream(ctx, repo.st, repo.m, archive.LevelNone, s.cfg.Get().System.TmpDirectory)
+		return repo, nil
+	default:
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, ErrNotFound
+		}
+		return f, nil
+	}
 }
 
 // restore runs a claimed restore, writing through the job's filesystem;
 // the job ends as soon as the files are in place, before the outcome is
 // announced.
-func (s *Service) restore(job *server.Job, srv Server, backup string, req RestoreRequest, src io.ReadCloser) {
+func (s *Service) restore(job *server.Job, srv Server, backup string, plan restorePlan, src io.ReadCloser) {
 	ctx := job.Context()
-	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", req.Adapter)
+	log := s.log.With("server", srv.UUID(), "backup", backup, "adapter", plan.adapter)
 	start := time.Now()
 	srv.Publish(events.New(events.DaemonMessage, "Starting the restoration of a backup: the server cannot start and its files cannot be changed until it is done."))
-	res, err := s.extract(ctx, srv, job.FS().Trusted(), req, src)
+	res, err := s.extract(ctx, srv, job.FS().Trusted(), plan, src)
 	s.metrics.ObserveJob(metrics.Restore, err, res.Bytes, time.Since(start))
 	job.End()
 	if err != nil {
@@ -123,11 +205,7 @@ func (s *Service) restore(job *server.Job, srv Server, backup string, req Restor
 		srv.Publish(events.New(events.DaemonMessage, "The restoration of the backup failed: "+err.Error()))
 	} else {
 		log.Info("restore done", "files", res.Files, "bytes", res.Bytes, "verified", res.Verified, "took", time.Since(start).Round(time.Millisecond))
-		from := "local"
-		if req.Adapter == ObjectStore {
-			from = "remote"
-		}
-		srv.Publish(events.New(events.DaemonMessage, "Completed server restoration from "+from+" backup."))
+		srv.Publish(events.New(events.DaemonMessage, "Completed server restoration from "+plan.from+" backup."))
 	}
 	srv.Publish(events.New(events.BackupRestoreCompleted, ""))
 	nctx, ncancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -142,16 +220,16 @@ func (s *Service) restore(job *server.Job, srv Server, backup string, req Restor
 	}
 }
 
-func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, req RestoreRequest, src io.ReadCloser) (archive.ExtractResult, error) {
+func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, plan restorePlan, src io.ReadCloser) (archive.ExtractResult, error) {
 	if err := srv.StopForJob(ctx, restoreStopWait); err != nil {
 		return archive.ExtractResult{}, fmt.Errorf("the server did not stop: %w", err)
 	}
 	cfg := s.cfg.Get()
 	// Extract reads ahead in large buffers itself.
 	r := io.Reader(src)
-	repo, fromRepo := src.(*repoSource)
+	repo, _ := src.(*repoSource)
 	var names *archive.Names
-	if fromRepo && req.TruncateDirectory {
+	if plan.listNames {
 		// As for an archive: a damaged backup changes nothing. Reading it
 		// whole also tells what it writes, so that the files it writes
 		// again need not be removed first (see archive.Prune).
@@ -160,9 +238,7 @@ func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, re
 			return archive.ExtractResult{}, err
 		}
 	}
-	if req.TruncateDirectory && req.Adapter == Local && !fromRepo {
-		// The local archive is read once completely before the directory
-		// is emptied: a corrupt archive then changes nothing.
+	if plan.checkFirst {
 		f, ok := src.(*os.File)
 		if !ok {
 			return archive.ExtractResult{}, errors.New("local archive is not a file")
@@ -181,11 +257,10 @@ func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, re
 		OnEntry: func(name string) {
 			srv.Publish(events.New(events.DaemonMessage, "(restoring): "+name))
 		},
+		Plain:      plan.plain,
+		NoManifest: plan.plain,
 	}
-	if fromRepo && repo.m.Bare {
-		opts.Plain, opts.NoManifest = true, true
-	}
-	if req.TruncateDirectory {
+	if plan.truncate {
 		// For a download, the archive is known to be readable once its
 		// first entry was read: only then is the directory emptied.
 		opts.Ready = func() error {
@@ -196,9 +271,7 @@ func (s *Service) extract(ctx context.Context, srv Server, files *sandbox.FS, re
 		}
 	}
 	res, err := archive.Extract(ctx, r, files, opts)
-	// The extractor may wrap the chunk error in its own: check the
-	// chunks whenever a repository restore fails.
-	if fromRepo && err != nil && ctx.Err() == nil {
+	if plan.checkChunks && err != nil && ctx.Err() == nil {
 		if d := repo.st.Check(repo.m); d != nil {
 			return res, &DamageError{D: d}
 		}

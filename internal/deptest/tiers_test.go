@@ -18,7 +18,7 @@ var tiers = []struct {
 	{"faces", []string{"internal/httpapi", "internal/wsapi", "internal/sftpd", "internal/diagnostics"}},
 	{"jobs", []string{"internal/backup", "internal/transfer", "internal/pull", "internal/upload", "internal/files"}},
 	{"domain", []string{"internal/server", "internal/activity", "internal/events", "internal/deauth", "internal/tokens", "internal/statepush"}},
-	{"platform", []string{"internal/sandbox", "internal/runtime", "internal/runtime/docker", "internal/panel", "internal/config",
+	{"platform", []string{"internal/sandbox", "internal/sandbox/internal/fdwalk", "internal/runtime", "internal/runtime/docker", "internal/panel", "internal/config",
 		"internal/quota", "internal/isolate", "internal/archive", "internal/chunkstore", "internal/chunkstore/s3backend", "internal/firewall", "internal/hostinfo", "internal/rootless",
 		"internal/backupview"}},
 	{"small tools", []string{"internal/usererr", "internal/atomicfile", "internal/ids", "internal/consoletext", "internal/netguard",

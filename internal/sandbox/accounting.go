@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // Disk accounting counts what is really on disk: the blocks the kernel
@@ -47,11 +49,11 @@ func writtenCharge(st *syscall.Stat_t) int64 {
 // how many handles each has and what the usage holds for it.
 type openTable struct {
 	mu    sync.Mutex
-	nodes map[inode]*openNode
+	nodes map[fdwalk.Inode]*openNode
 }
 
 type openNode struct {
-	key     inode
+	key     fdwalk.Inode
 	handles map[*File]struct{}
 	charged int64 // what the cached usage holds for this inode
 	// size and alloc are the file's size and allocated bytes at the last
@@ -99,7 +101,7 @@ func (s *state) track(file *os.File, rel string, appendMode, created bool) (*Fil
 	t := &s.open
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := inode{uint64(st.Dev), st.Ino}
+	k := fdwalk.InodeOf(&st)
 	n := t.nodes[k]
 	if n == nil {
 		n = &openNode{key: k, handles: map[*File]struct{}{}, charged: writtenCharge(&st)}
@@ -111,7 +113,7 @@ func (s *state) track(file *os.File, rel string, appendMode, created bool) (*Fil
 			s.adjust(n.charged)
 		}
 		if t.nodes == nil {
-			t.nodes = map[inode]*openNode{}
+			t.nodes = map[fdwalk.Inode]*openNode{}
 		}
 		t.nodes[k] = n
 	} else if created {
@@ -232,7 +234,7 @@ func (s *state) freedBy(fi fs.FileInfo) int64 {
 		if st.Nlink > 1 {
 			return 0
 		}
-		if _, open := s.open.nodes[inode{uint64(st.Dev), st.Ino}]; open {
+		if _, open := s.open.nodes[fdwalk.InodeOf(st)]; open {
 			return 0
 		}
 	}

@@ -152,6 +152,21 @@ func (s *state) fdRel(f *os.File) (string, bool) {
 	if err != nil {
 		return "", false
 	}
+	return s.pathRel(p)
+}
+
+// fdRelFD is fdRel of a raw descriptor.
+func (s *state) fdRelFD(fd int) (string, bool) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return "", false
+	}
+	return s.pathRel(p)
+}
+
+// pathRel is the name below the root of the host path p, as the kernel
+// names an open file.
+func (s *state) pathRel(p string) (string, bool) {
 	// The root's own path is cached (one readlink less per open); when it
 	// does not match, it is read again in case the root moved.
 	for fresh := false; ; fresh = true {

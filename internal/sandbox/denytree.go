@@ -76,7 +76,7 @@ func (s *state) scanDenyTree(ctx context.Context, d *denylist, rel, to string) (
 	if !slices.ContainsFunc(bases, d.mayDenyWithin) {
 		return false, 0, nil
 	}
-	err = s.walk(ctx, root, func(p string, _ fs.DirEntry, err error) error {
+	err = s.walk(ctx, root, 0, func(p string, _ fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrNotDir) {
 				return nil // missing, or gone meanwhile: nothing of it is moved

@@ -111,7 +111,12 @@ func (f *FS) openLastNoFollow(op, rel string) (*os.File, error) {
 func (d *Dir) Name() string { return display(d.rel) }
 
 // Close releases the descriptor.
-func (d *Dir) Close() error { return wrap("close", d.rel, d.file.Close()) }
+func (d *Dir) Close() error {
+	if d.file == nil {
+		return nil // a DirStack's: the stack closes the descriptor
+	}
+	return wrap("close", d.rel, d.file.Close())
+}
 
 // entry checks that base is a single path component and returns the
 // entry's name relative to the root. A bad base is ErrOutsideRoot, the

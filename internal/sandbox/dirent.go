@@ -10,25 +10,14 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // The operations below let a caller that holds a Dir (an extraction
 // walking down an archive's tree) create and change its entries by one
 // name each, so that the cost of an entry does not grow with its depth.
 // None of them follows a symbolic link at base.
-
-// DirID identifies a directory (its device and inode), so that a Dir
-// reopened another way can be known to be the same directory.
-type DirID struct{ id inode }
-
-// ID returns the identity of the directory d holds.
-func (d *Dir) ID() (DirID, error) {
-	var st syscall.Stat_t
-	if err := fstatRaw(d.rc, &st); err != nil {
-		return DirID{}, wrap("stat", d.rel, err)
-	}
-	return DirID{inode{uint64(st.Dev), st.Ino}}, nil
-}
 
 // Lstat returns the FileInfo of the entry base itself (a link is not
 // followed).
@@ -38,10 +27,10 @@ func (d *Dir) Lstat(base string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &statEntry{name: base}
+	e := &fdwalk.Entry{Base: base}
 	var serr error
 	if err := d.rc.Control(func(dfd uintptr) {
-		serr = unix.Fstatat(int(dfd), base, (*unix.Stat_t)(unsafe.Pointer(&e.st)), unix.AT_SYMLINK_NOFOLLOW)
+		serr = unix.Fstatat(int(dfd), base, (*unix.Stat_t)(unsafe.Pointer(&e.St)), unix.AT_SYMLINK_NOFOLLOW)
 	}); err != nil {
 		return nil, closedErr(op, rel, err)
 	}
@@ -64,54 +53,40 @@ func (d *Dir) name(op, base string) (string, error) {
 // the open's error, err that of d being closed.
 func (d *Dir) openat(name string, flags int) (fd int, oerr, err error) {
 	fd = -1
-	err = d.rc.Control(func(dfd uintptr) { fd, oerr = openat(int(dfd), name, flags) })
+	err = d.rc.Control(func(dfd uintptr) { fd, oerr = fdwalk.Openat(int(dfd), name, flags) })
 	return fd, oerr, err
 }
 
 // Sub opens the directory base of d as a Dir, never through a symbolic
 // link: a link or a non-directory at base is ErrNotDir.
 func (d *Dir) Sub(base string) (*Dir, error) {
-	const op = "opendir"
-	rel, err := d.name(op, base)
+	fd, rel, err := d.subFD(base)
 	if err != nil {
 		return nil, err
-	}
-	fd, oerr, err := d.openat(base, dirFlags)
-	if err != nil {
-		return nil, closedErr(op, rel, err)
-	}
-	if oerr != nil {
-		if errors.Is(oerr, unix.ELOOP) || errors.Is(oerr, unix.ENOTDIR) {
-			errno, _ := oerr.(syscall.Errno)
-			return nil, &Error{Op: op, Path: display(rel), Kind: ErrNotDir, Errno: errno}
-		}
-		return nil, wrap(op, rel, oerr)
 	}
 	return d.fsys.dirOf(os.NewFile(uintptr(fd), rel), rel)
 }
 
-// Up opens the parent directory of d through its "..", one system call
-// whatever the depth, when it is still the directory want (d was not moved
-// meanwhile); otherwise (or for the root) it fails with ErrNotExist and
-// the caller reopens the parent by name.
-func (d *Dir) Up(want DirID) (*Dir, error) {
+// subFD opens the directory base of d as Sub does, and returns its
+// descriptor and name.
+func (d *Dir) subFD(base string) (int, string, error) {
 	const op = "opendir"
-	if d.rel == "." {
-		return nil, newErr(op, d.rel, ErrNotExist)
-	}
-	up, _ := split(d.rel)
-	fd, oerr, err := d.openat("..", dirFlags)
+	rel, err := d.name(op, base)
 	if err != nil {
-		return nil, closedErr(op, up, err)
+		return -1, "", err
+	}
+	fd, oerr, err := d.openat(base, fdwalk.DirFlags)
+	if err != nil {
+		return -1, "", closedErr(op, rel, err)
 	}
 	if oerr != nil {
-		return nil, wrap(op, up, oerr)
+		if errors.Is(oerr, unix.ELOOP) || errors.Is(oerr, unix.ENOTDIR) {
+			errno, _ := oerr.(syscall.Errno)
+			return -1, "", &Error{Op: op, Path: display(rel), Kind: ErrNotDir, Errno: errno}
+		}
+		return -1, "", wrap(op, rel, oerr)
 	}
-	if id, err := fdInode(fd); err != nil || id != want.id {
-		_ = unix.Close(fd)
-		return nil, newErr(op, up, ErrNotExist)
-	}
-	return d.fsys.dirOf(os.NewFile(uintptr(fd), up), up)
+	return fd, rel, nil
 }
 
 // dirOf makes a Dir of file, a directory opened at rel.

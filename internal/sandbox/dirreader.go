@@ -1,15 +1,14 @@
 package sandbox
 
 import (
-	"encoding/binary"
-	"io"
 	"io/fs"
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // DirReader reads one directory entry by entry, for listings of
@@ -30,14 +29,8 @@ type DirReader struct {
 	// view). Both are matched against the denylist by ReadHead.
 	rel, real string
 
-	buf      []byte // getdents64 records
-	pos, end int
-	eof      bool
+	recs *fdwalk.Records // getdents64 records
 }
-
-// direntBufSize is the getdents64 buffer: about 1,000 short names per
-// system call.
-const direntBufSize = 32 << 10
 
 // OpenDirReader opens the directory name (cleaned like every FS name; "."
 // is the root) for reading its entries. In-root symbolic links on the way,
@@ -60,7 +53,7 @@ func (f *FS) OpenDirReader(name string) (*DirReader, error) {
 		_ = file.Close()
 		return nil, wrap(op, rel, err)
 	}
-	r := &DirReader{fsys: f, file: file, rc: rc, rel: rel, buf: make([]byte, direntBufSize)}
+	r := &DirReader{fsys: f, file: file, rc: rc, rel: rel, recs: fdwalk.NewRecords()}
 	if !f.trusted {
 		if real, ok := f.s.fdRel(file); ok {
 			r.real = real
@@ -77,24 +70,13 @@ func (r *DirReader) Close() error { return wrap("close", r.rel, r.file.Close()) 
 // filesystem gives them, or io.EOF after the last one.
 func (r *DirReader) Next() (name string, isDir bool, err error) {
 	for {
-		if r.pos >= r.end {
-			if r.eof {
-				return "", false, io.EOF
-			}
-			if err := r.fill(); err != nil {
-				return "", false, err
-			}
-			continue
-		}
-		b, typ, reclen, ok := parseDirent(r.buf[r.pos:r.end])
-		if !ok {
+		name, typ, err := r.recs.Next(r.fill)
+		if err == fdwalk.ErrBadRecord {
 			return "", false, newErr("readdir", r.rel, syscall.EIO)
 		}
-		r.pos += reclen
-		if string(b) == "." || string(b) == ".." || len(b) == 0 {
-			continue
+		if err != nil {
+			return "", false, err
 		}
-		name = string(b)
 		switch typ {
 		case unix.DT_DIR:
 			return name, true, nil
@@ -111,48 +93,24 @@ func (r *DirReader) Next() (name string, isDir bool, err error) {
 	}
 }
 
-// fill reads the next records of the directory.
-func (r *DirReader) fill() error {
+// fill reads the next records of the directory into buf.
+func (r *DirReader) fill(buf []byte) (int, error) {
 	var n int
 	var gerr error
 	if err := r.rc.Control(func(fd uintptr) {
 		for {
-			n, gerr = unix.Getdents(int(fd), r.buf)
+			n, gerr = unix.Getdents(int(fd), buf)
 			if gerr != unix.EINTR {
 				return
 			}
 		}
 	}); err != nil {
-		return closedErr("readdir", r.rel, err)
+		return 0, closedErr("readdir", r.rel, err)
 	}
 	if gerr != nil {
-		return wrap("readdir", r.rel, gerr)
+		return 0, wrap("readdir", r.rel, gerr)
 	}
-	r.pos, r.end = 0, n
-	r.eof = n == 0
-	return nil
-}
-
-// direntHeader is the size of linux_dirent64 before d_name: d_ino (8),
-// d_off (8), d_reclen (2), d_type (1).
-const direntHeader = 19
-
-// parseDirent reads the linux_dirent64 record at the start of b: its name
-// (up to its NUL), d_type and length. ok is false when b does not start
-// with a whole record.
-func parseDirent(b []byte) (name []byte, typ uint8, reclen int, ok bool) {
-	if len(b) < direntHeader {
-		return nil, 0, 0, false
-	}
-	reclen = int(binary.NativeEndian.Uint16(b[16:18]))
-	if reclen <= direntHeader || reclen > len(b) {
-		return nil, 0, 0, false
-	}
-	name = b[direntHeader:reclen]
-	if i := strings.IndexByte(string(name), 0); i >= 0 {
-		name = name[:i]
-	}
-	return name, b[18], reclen, true
+	return n, nil
 }
 
 // entryName checks that name is one entry of the directory (a single path
@@ -195,7 +153,7 @@ func (r *DirReader) Lstat(name string) (fs.FileInfo, error) {
 	if serr != nil {
 		return nil, wrap(op, r.join(r.rel, name), serr)
 	}
-	return &statInfo{name: name, st: sysStat(&st)}, nil
+	return &fdwalk.Entry{Base: name, St: sysStat(&st)}, nil
 }
 
 // sysStat is st as the syscall package spells it (what os's FileInfo.Sys
@@ -257,22 +215,4 @@ func (r *DirReader) denied(name string) bool {
 		return true
 	}
 	return r.real == "" || (r.real != r.rel && dl.match(r.join(r.real, name)))
-}
-
-// statInfo is an fs.FileInfo made from a stat result, with the modes the
-// os package gives (os.Lstat's fileStat cannot be made from a Stat_t).
-type statInfo struct {
-	name string
-	st   syscall.Stat_t
-}
-
-func (fi *statInfo) Name() string       { return fi.name }
-func (fi *statInfo) Size() int64        { return fi.st.Size }
-func (fi *statInfo) ModTime() time.Time { return time.Unix(fi.st.Mtim.Unix()) }
-func (fi *statInfo) IsDir() bool        { return fi.Mode().IsDir() }
-func (fi *statInfo) Sys() any           { return &fi.st }
-
-// Mode is the entry's type and permission bits, as package os gives them.
-func (fi *statInfo) Mode() fs.FileMode {
-	return fileMode(fi.st.Mode)
 }

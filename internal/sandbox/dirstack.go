@@ -3,7 +3,10 @@ package sandbox
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"strings"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // MaxHeld bounds the directory descriptors a DirStack holds (the root
@@ -11,22 +14,17 @@ import (
 // process's descriptors.
 const MaxHeld = 64
 
-// dirLevel is one directory on the path of the current entry.
-type dirLevel struct {
-	name string // relative to the root ("." for the root)
-	d    *Dir   // nil while closed to save descriptors
-	id   DirID
-}
-
 // DirStack holds open the directories from the root down to the parent of
 // the entry being written, so that an entry costs one system call per new
 // name instead of a walk from the root: archives and live streams send a
 // directory's entries after it, depth first, and consecutive entries share
-// most of their path. At most MaxHeld levels are open: the root and the
-// deepest ones (levels[lo:]); a closed level is reopened through the ".."
-// of its open child, checked to be the same directory, or else by name.
-// Every level is opened by one name relative to its parent, never through
-// a symbolic link.
+// most of their path. The directories are an fdwalk.Stack (the stack the
+// walks use too) that keeps at most MaxHeld open: the root and the deepest
+// ones; a closed level is reopened through the ".." of its open child,
+// checked to be the same directory, or else by name from the root. Every
+// level is opened by one name relative to its parent, never through a
+// symbolic link; DirStack adds the policy: the names and the denylist of
+// each level (its Dir), Check, and the making of missing directories.
 type DirStack struct {
 	// Check, when set, is asked before the directory rel is entered or
 	// made; its error stops Enter (an archive's own links are refused).
@@ -35,31 +33,65 @@ type DirStack struct {
 	// way for a directory.
 	Removed func(rel string)
 
-	levels []dirLevel
-	lo     int // levels[1:lo] are closed
+	fsys  *FS
+	stack *fdwalk.Stack
+	dirs  []*Dir // dirs[i] is the stack's level i as a Dir, borrowing its descriptor
 }
 
 // NewDirStack opens the root of f as the bottom of a DirStack.
 func (f *FS) NewDirStack() (*DirStack, error) {
-	root, err := f.OpenDir(".")
+	const op = "opendir"
+	rc, err := f.s.rootDir.SyscallConn()
 	if err != nil {
-		return nil, err
+		return nil, wrap(op, ".", err)
 	}
-	return &DirStack{levels: []dirLevel{{name: ".", d: root}}, lo: 1}, nil
+	fd, oerr := -1, error(nil)
+	if err := rc.Control(func(rootfd uintptr) { fd, oerr = fdwalk.Openat(int(rootfd), ".", fdwalk.DirFlags) }); err != nil {
+		return nil, closedErr(op, ".", err)
+	}
+	if oerr != nil {
+		return nil, wrap(op, ".", oerr)
+	}
+	st := &DirStack{fsys: f, stack: fdwalk.NewStack(fdwalk.Adopt(nil, ".", fd), 1, MaxHeld-1)}
+	st.dirs = []*Dir{st.dirOf(st.stack.Top(), ".")}
+	return st, nil
+}
+
+// dirOf is the Dir of the level l, at rel: it borrows l's descriptor (its
+// Close does nothing). Like every Dir of an untrusted view, it knows the
+// name the kernel gives the directory, for the denylist.
+func (st *DirStack) dirOf(l *fdwalk.Level, rel string) *Dir {
+	d := &Dir{fsys: st.fsys, rc: levelConn{l}, rel: rel}
+	st.readReal(d)
+	return d
+}
+
+// readReal reads again the name the kernel gives d's directory (after it
+// was reopened: it may have been renamed meanwhile).
+func (st *DirStack) readReal(d *Dir) {
+	if st.fsys.trusted {
+		return
+	}
+	d.real = ""
+	_ = d.rc.Control(func(fd uintptr) {
+		if real, ok := st.fsys.s.fdRelFD(int(fd)); ok {
+			d.real = real
+		}
+	})
 }
 
 // Close closes every held directory.
 func (st *DirStack) Close() {
-	st.popTo(0)
-	_ = st.levels[0].d.Close()
+	st.stack.Close()
+	st.dirs = nil
 }
 
 // Leave closes the held levels at dir or below it (cleaned; "." leaves all
 // but the root): to be called before dir is removed or replaced, since a
 // handle on a removed directory would write where no path leads.
 func (st *DirStack) Leave(dir string) {
-	k := len(st.levels) - 1
-	for k > 0 && within(dir, st.levels[k].name) {
+	k := len(st.dirs) - 1
+	for k > 0 && within(dir, st.dirs[k].rel) {
 		k--
 	}
 	st.popTo(k)
@@ -75,13 +107,9 @@ func within(dir, rel string) bool {
 
 // popTo closes the levels above k.
 func (st *DirStack) popTo(k int) {
-	for i := len(st.levels) - 1; i > k; i-- {
-		if d := st.levels[i].d; d != nil {
-			_ = d.Close()
-		}
-	}
-	st.levels = st.levels[:k+1]
-	st.lo = min(st.lo, k+1)
+	st.stack.PopTo(k)
+	clear(st.dirs[k+1:])
+	st.dirs = st.dirs[:k+1]
 }
 
 // Enter returns the open directory dir (cleaned; "." is the root), making
@@ -91,44 +119,37 @@ func (st *DirStack) popTo(k int) {
 // anything else in the way ErrNotDir. The Dir stays owned by the stack:
 // valid until the next Enter, Leave or Close.
 func (st *DirStack) Enter(dir string, create bool) (*Dir, error) {
-	k := len(st.levels) - 1
-	for k > 0 && !within(st.levels[k].name, dir) {
+	k := len(st.dirs) - 1
+	for k > 0 && !within(st.dirs[k].rel, dir) {
 		k--
 	}
 	st.reopen(k)
-	for dir != st.levels[len(st.levels)-1].name {
-		top := st.levels[len(st.levels)-1]
+	for dir != st.dirs[len(st.dirs)-1].rel {
+		top := st.dirs[len(st.dirs)-1]
 		rest := dir
-		if top.name != "." {
-			rest = dir[len(top.name)+1:]
+		if top.rel != "." {
+			rest = dir[len(top.rel)+1:]
 		}
 		end := len(dir) - len(rest) + strings.IndexByte(rest+"/", '/')
-		if err := st.down(top.d, dir[:end], create); err != nil {
+		if err := st.down(top, dir[:end], create); err != nil {
 			return nil, err
 		}
 	}
-	return st.levels[len(st.levels)-1].d, nil
+	return st.dirs[len(st.dirs)-1], nil
 }
 
-// reopen makes levels[k] the open top of the stack: through the ".." of
+// reopen makes level k the open top of the stack: through the ".." of
 // the shallowest open level above it while those are the same
-// directories, else from the root by name (down, without creating).
+// directories, else from the root by name (Enter walks down, without
+// creating).
 func (st *DirStack) reopen(k int) {
-	if k == 0 || st.levels[k].d != nil {
+	if k == 0 || st.stack.At(k).FD() >= 0 {
 		st.popTo(k)
 		return
 	}
-	for st.lo > k && st.lo < len(st.levels) {
-		child := st.levels[st.lo].d
-		up, err := child.Up(st.levels[st.lo-1].id)
-		if err != nil {
-			break
-		}
-		st.lo--
-		st.levels[st.lo].d = up
-	}
-	if st.levels[k].d != nil {
+	if st.stack.ReopenAt(k) {
 		st.popTo(k)
+		st.readReal(st.dirs[k])
 		return
 	}
 	// Moved meanwhile: start again from the root; Enter walks down by name.
@@ -144,7 +165,7 @@ func (st *DirStack) down(top *Dir, rel string, create bool) error {
 			return err
 		}
 	}
-	d, err := top.Sub(base)
+	fd, _, err := top.subFD(base)
 	if err != nil && create {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -156,34 +177,33 @@ func (st *DirStack) down(top *Dir, rel string, create bool) error {
 		}
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			if err = top.Mkdir(base, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
-				d, err = top.Sub(base)
+				fd, _, err = top.subFD(base)
 			}
 		}
 	}
 	if err != nil {
 		return err
 	}
-	st.push(dirLevel{name: rel, d: d})
+	l := fdwalk.Adopt(st.stack.Top(), base, fd)
+	d := st.dirOf(l, rel)
+	st.stack.Push(l)
+	st.dirs = append(st.dirs, d)
 	return nil
 }
 
-// push adds a level, closing the shallowest open one (but the root) when
-// MaxHeld would be passed; its identity is kept to reopen it through "..".
-func (st *DirStack) push(l dirLevel) {
-	st.levels = append(st.levels, l)
-	open := 1 + len(st.levels) - st.lo
-	if open <= MaxHeld {
-		return
+// levelConn is the syscall.RawConn of a Dir that borrows the descriptor
+// of a stack's level: while the level is closed, operations fail as on a
+// closed file.
+type levelConn struct{ l *fdwalk.Level }
+
+func (c levelConn) Control(f func(fd uintptr)) error {
+	fd := c.l.FD()
+	if fd < 0 {
+		return os.ErrClosed
 	}
-	old := &st.levels[st.lo]
-	id, err := old.d.ID()
-	_ = old.d.Close()
-	old.d = nil
-	if err == nil {
-		old.id = id
-	} else {
-		// Unknown identity: never reopened through "..".
-		old.id = DirID{}
-	}
-	st.lo++
+	f(uintptr(fd))
+	return nil
 }
+
+func (c levelConn) Read(func(fd uintptr) bool) error  { return errors.ErrUnsupported }
+func (c levelConn) Write(func(fd uintptr) bool) error { return errors.ErrUnsupported }

@@ -2,291 +2,23 @@ package sandbox
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 
-	"golang.org/x/sys/unix"
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
-
-type inode struct{ dev, ino uint64 }
-
-// anchorAfter is how long (in bytes) the path of a directory relative to
-// its anchor may grow before the directory is kept open as the anchor of
-// its subtree: a child's path (one more component of at most 255 bytes)
-// then stays under PATH_MAX.
-const anchorAfter = 3000
-
-// duAnchor is a directory du keeps open while the directories below it,
-// opened by their path relative to it, are pending.
-type duAnchor struct {
-	fd   int
-	rel  string // relative to the root
-	refs int    // pending directories that name a path relative to it
-	own  bool   // du opened it (the root's descriptor is not du's to close)
-}
-
-func (a *duAnchor) unref() {
-	a.refs--
-	if a.refs == 0 && a.own {
-		_ = unix.Close(a.fd)
-	}
-}
-
-// duDir is a directory waiting to be listed.
-type duDir struct {
-	anchor *duAnchor
-	path   string // relative to anchor
-}
-
-func (d duDir) rel() string {
-	if d.anchor.rel == "." {
-		return d.path
-	}
-	return d.anchor.rel + "/" + d.path
-}
 
 // du returns the disk usage of rel and what lies below it: the allocated
 // bytes of every entry (st_blocks), at least one block each (see
 // accounting.go), a file with several hard links once, never following a
-// symbolic link; the root itself is not counted. It holds few descriptors
-// whatever the depth: each directory is listed and closed before its
-// subdirectories are opened, by their path from an anchor (the root, or a
-// directory kept open once the path from the previous anchor grew long)
-// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS). A directory that
-// cannot be listed (other than one removed or replaced meanwhile) does not
-// stop the count: the total of the rest is returned with an error naming
-// the first such directory, and the caller must not take the total as
-// complete.
+// symbolic link; the root itself is not counted (fdwalk.Usage: few
+// descriptors whatever the depth). A directory that cannot be listed
+// (other than one removed or replaced meanwhile) does not stop the count:
+// the total of the rest is returned with an error naming the first such
+// directory, and the caller must not take the total as complete.
 func (s *state) du(ctx context.Context, rel string) (int64, error) {
-	rc, err := s.rootDir.SyscallConn()
-	if err != nil {
-		return 0, wrap("usage", rel, err)
-	}
-	var total int64
-	var derr error
-	if err := rc.Control(func(rootfd uintptr) {
-		total, derr = s.duFrom(ctx, int(rootfd), rel)
-	}); err != nil {
-		return 0, wrap("usage", rel, err)
-	}
-	return total, derr
-}
-
-func (s *state) duFrom(ctx context.Context, rootfd int, rel string) (int64, error) {
-	w := duWalk{seen: map[inode]struct{}{}, buf: make([]byte, 32<<10)}
-	return w.run(ctx, rootfd, rel)
-}
-
-// run walks rel (below the root rootfd) and returns the total: bytes, or
-// entries for a counting walk.
-func (w *duWalk) run(ctx context.Context, rootfd int, rel string) (int64, error) {
-	root := &duAnchor{fd: rootfd, rel: ".", refs: 1}
-	if rel != "." {
-		var st unix.Stat_t
-		if err := unix.Fstatat(rootfd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return 0, wrap("usage", rel, err)
-		}
-		w.count(&st)
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			return w.total, nil
-		}
-	}
-	stack := []duDir{{anchor: root, path: rel}}
-	for len(stack) > 0 {
-		d := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if err := ctx.Err(); err != nil {
-			d.anchor.unref()
-			for _, p := range stack {
-				p.anchor.unref()
-			}
-			return w.total, err
-		}
-		fd, err := openBeneath(d.anchor.fd, d.path)
-		if err != nil {
-			w.fail(d.rel(), err)
-		} else {
-			stack = w.list(fd, d, stack)
-		}
-		// After the listing: the children it pushed may hold the anchor.
-		d.anchor.unref()
-	}
-	return w.total, w.err
-}
-
-// duWalk is the state of one du, or of one count of entries (countOnly:
-// the total is the number of entries, read from the directory records
-// alone, without a stat of each).
-type duWalk struct {
-	countOnly bool
-	total     int64
-	seen      map[inode]struct{} // files with several links, counted once
-	buf       []byte
-	names     []string
-	err       error // the first directory that could not be listed
-}
-
-func (w *duWalk) count(st *unix.Stat_t) {
-	if w.countOnly {
-		w.total++
-		return
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
-		k := inode{st.Dev, st.Ino}
-		if _, dup := w.seen[k]; dup {
-			return
-		}
-		w.seen[k] = struct{}{}
-	}
-	w.total += max(st.Blocks*512, blockSize)
-}
-
-// fail records a directory that could not be listed, unless it was
-// removed or replaced by something else since its parent was listed.
-func (w *duWalk) fail(rel string, err error) {
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
-		return
-	}
-	if w.err == nil {
-		w.err = wrap("usage", rel, err)
-	}
-}
-
-// list counts the entries of the directory d (open as fd, which it
-// closes, or keeps as an anchor) and pushes its subdirectories.
-func (w *duWalk) list(fd int, d duDir, stack []duDir) []duDir {
-	anchor, prefix := d.anchor, d.path+"/"
-	if d.path == "." {
-		prefix = ""
-	}
-	var own *duAnchor
-	if len(d.path) > anchorAfter {
-		own = &duAnchor{fd: fd, rel: d.rel(), own: true}
-		anchor, prefix = own, ""
-	}
-	for {
-		n, err := unix.ReadDirent(fd, w.buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			w.fail(d.rel(), err)
-			break
-		}
-		if n <= 0 {
-			break
-		}
-		if w.countOnly {
-			stack = w.countRecords(fd, w.buf[:n], anchor, prefix, stack)
-			continue
-		}
-		_, _, w.names = unix.ParseDirent(w.buf[:n], -1, w.names[:0])
-		for _, name := range w.names {
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // removed since the listing
-			}
-			w.count(&st)
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				anchor.refs++
-				stack = append(stack, duDir{anchor: anchor, path: prefix + name})
-			}
-		}
-	}
-	if own == nil || own.refs == 0 {
-		_ = unix.Close(fd)
-	}
-	return stack
-}
-
-// openBeneath opens the directory path below the directory dirfd without
-// following any symbolic link and without leaving dirfd.
-func openBeneath(dirfd int, path string) (int, error) {
-	how := unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	for range 8 {
-		fd, err := unix.Openat2(dirfd, path, &how)
-		switch err {
-		case nil:
-			return fd, nil
-		case unix.EINTR, unix.EAGAIN: // EAGAIN: a rename raced the lookup
-			continue
-		case unix.ENOSYS, unix.EPERM:
-			return openEachBeneath(dirfd, path)
-		default:
-			return -1, err
-		}
-	}
-	return -1, unix.EAGAIN
-}
-
-// openEachBeneath is openBeneath for kernels without openat2 (before
-// 5.6): one openat per component, each with O_NOFOLLOW.
-func openEachBeneath(dirfd int, path string) (int, error) {
-	fd := dirfd
-	for path != "" {
-		name := path
-		rest := ""
-		for i := 0; i < len(path); i++ {
-			if path[i] == '/' {
-				name, rest = path[:i], path[i+1:]
-				break
-			}
-		}
-		path = rest
-		if name == ".." {
-			if fd != dirfd {
-				_ = unix.Close(fd)
-			}
-			return -1, unix.EXDEV
-		}
-		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if fd != dirfd {
-			_ = unix.Close(fd)
-		}
-		if err != nil {
-			return -1, err
-		}
-		fd = next
-	}
-	if fd == dirfd {
-		return unix.Dup(dirfd)
-	}
-	return fd, nil
-}
-
-// countRecords counts the entries of one getdents64 buffer of the
-// directory fd (parseDirent) and pushes its subdirectories: d_type says
-// which they are; only an entry of unknown type (filesystems that do not
-// fill it) costs a stat.
-func (w *duWalk) countRecords(fd int, buf []byte, anchor *duAnchor, prefix string, stack []duDir) []duDir {
-	for {
-		name, typ, n, ok := parseDirent(buf)
-		if !ok {
-			return stack
-		}
-		deleted := binary.NativeEndian.Uint64(buf) == 0 // d_ino
-		buf = buf[n:]
-		if deleted || string(name) == "." || string(name) == ".." {
-			continue
-		}
-		if typ == unix.DT_UNKNOWN {
-			var st unix.Stat_t
-			if err := unix.Fstatat(fd, string(name), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				continue // removed since the listing
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-				typ = unix.DT_DIR
-			}
-		}
-		w.total++
-		if typ == unix.DT_DIR {
-			anchor.refs++
-			stack = append(stack, duDir{anchor: anchor, path: prefix + string(name)})
-		}
-	}
+	return s.sum(ctx, "usage", rel, func(rootfd int) (int64, error) {
+		return fdwalk.Usage(ctx, rootfd, rel, blockSize)
+	})
 }
 
 // countEntries returns the number of entries below rel (rel itself not
@@ -294,17 +26,34 @@ func (w *duWalk) countRecords(fd int, buf []byte, anchor *duAnchor, prefix strin
 // never following a symbolic link, but reading only the directory
 // records. Hard links count once per name. Errors as du's.
 func (s *state) countEntries(ctx context.Context, rel string) (int64, error) {
+	return s.sum(ctx, "count", rel, func(rootfd int) (int64, error) {
+		return fdwalk.Count(ctx, rootfd, rel)
+	})
+}
+
+// sum runs a sum of fdwalk below the root's descriptor; op names a failure
+// to reach that descriptor.
+func (s *state) sum(ctx context.Context, op, rel string, run func(rootfd int) (int64, error)) (int64, error) {
 	rc, err := s.rootDir.SyscallConn()
 	if err != nil {
-		return 0, wrap("count", rel, err)
+		return 0, wrap(op, rel, err)
 	}
 	var total int64
-	var cerr error
+	var serr error
 	if err := rc.Control(func(rootfd uintptr) {
-		w := duWalk{countOnly: true, buf: make([]byte, 32<<10)}
-		total, cerr = w.run(ctx, int(rootfd), rel)
+		total, serr = sumErr(run(int(rootfd)))
 	}); err != nil {
-		return 0, wrap("count", rel, err)
+		return 0, wrap(op, rel, err)
 	}
-	return total, cerr
+	return total, serr
+}
+
+// sumErr names a sum's failure as the sandbox does (every sum's failure
+// is a "usage" one, as it always was).
+func sumErr(total int64, err error) (int64, error) {
+	var pe *fdwalk.PathError
+	if errors.As(err, &pe) {
+		return total, wrap("usage", pe.Rel, pe.Err)
+	}
+	return total, err
 }

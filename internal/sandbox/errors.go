@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 	"github.com/wharf/wharf/internal/usererr"
 )
 
@@ -177,9 +178,11 @@ func wrap(op, rel string, err error) error {
 		e.Kind = ErrTooLarge
 	case errno == syscall.ENAMETOOLONG:
 		e.Kind = ErrNameTooLong
-	case errors.Is(err, ErrOutsideRoot), isEscape(err), errno == syscall.ELOOP, errno == syscall.EXDEV:
+	case errors.Is(err, ErrOutsideRoot), isEscape(err), errno == syscall.ELOOP, errno == syscall.EXDEV,
+		errors.Is(err, fdwalk.ErrSwapped):
 		// ELOOP: a symlink loop, or O_NOFOLLOW met a symlink. EXDEV: os.Root
-		// refusing to cross out of the tree. Both are "bad path".
+		// refusing to cross out of the tree. Both are "bad path". A walked
+		// directory swapped after its listing is one too (as it always was).
 		e.Kind = ErrOutsideRoot
 	case errors.Is(err, fs.ErrNotExist):
 		e.Kind = ErrNotExist

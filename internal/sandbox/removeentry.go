@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // RemoveEntry removes the entry d that Walk is reporting at rel (a
@@ -33,7 +35,7 @@ func (f *FS) RemoveEntry(ctx context.Context, rel string, d fs.DirEntry) error {
 	}
 	if !e.IsDir() {
 		// One unlinkat through the walked directory, charged as listed.
-		freed, err := f.s.unlinkCharged(e.statEntry, func() error { return unix.Unlinkat(e.dir.fd, e.name, 0) })
+		freed, err := f.s.unlinkCharged(e.Entry, func() error { return unix.Unlinkat(e.Dir.FD(), e.Base, 0) })
 		f.s.release(freed)
 		switch {
 		case err == nil, errors.Is(err, unix.ENOENT):
@@ -48,18 +50,18 @@ func (f *FS) RemoveEntry(ctx context.Context, rel string, d fs.DirEntry) error {
 	}
 	// The walked directory as a root for removeTree, opened through the
 	// process's own descriptor table: the same directory, not a path.
-	parent, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(e.dir.fd))
+	parent, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(e.Dir.FD()))
 	if err != nil {
 		return wrap(op, rel, err)
 	}
 	defer parent.Close()
-	if got, err := parent.Stat("."); err != nil || !isInode(got, e.dir.id) {
+	if got, err := parent.Stat("."); err != nil || !isInode(got, e.Dir.ID()) {
 		if err == nil {
 			err = ErrOutsideRoot
 		}
 		return wrap(op, rel, err)
 	}
-	freed, err := f.s.removeTree(ctx, parent, e.name)
+	freed, err := f.s.removeTree(ctx, parent, e.Base)
 	f.s.release(freed)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return wrapRemove(rel, err)
@@ -67,7 +69,7 @@ func (f *FS) RemoveEntry(ctx context.Context, rel string, d fs.DirEntry) error {
 	return nil
 }
 
-func isInode(fi fs.FileInfo, id inode) bool {
+func isInode(fi fs.FileInfo, id fdwalk.Inode) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && inode{uint64(st.Dev), st.Ino} == id
+	return ok && fdwalk.InodeOf(st) == id
 }

@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 )
 
 // Options configure an FS.
@@ -75,7 +77,7 @@ type state struct {
 	refreshMu sync.Mutex
 	rootPath  atomic.Pointer[string] // host path of rootDir, as /proc shows it
 
-	ahead aheadTuning // how walks list ahead (walkahead.go); set by New
+	ahead fdwalk.Tuning // how walks list ahead (fdwalk); set by New
 }
 
 // FS is the confined filesystem of one server. It is safe for concurrent
@@ -101,7 +103,7 @@ func New(root string, opts Options) (*FS, error) {
 		_ = r.Close()
 		return nil, wrap("open root", ".", err)
 	}
-	s := &state{root: r, rootDir: d, hostPath: root, uid: opts.UID, gid: opts.GID, ahead: defaultAheadTuning()}
+	s := &state{root: r, rootDir: d, hostPath: root, uid: opts.UID, gid: opts.GID, ahead: fdwalk.DefaultTuning()}
 	s.deny.Store(compileDenylist(opts.Denylist))
 	s.limit.Store(opts.DiskLimit)
 	return &FS{s: s}, nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wharf/wharf/internal/sandbox/internal/fdwalk"
 	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
@@ -31,9 +32,9 @@ func aheadTree(t *testing.T, n int) *fixture {
 			}
 		}
 	}
-	fx.fs.s.ahead.after, fx.fs.s.ahead.settled = 0, 30*time.Millisecond
+	fx.fs.s.ahead.After, fx.fs.s.ahead.Settled = 0, 30*time.Millisecond
 	made := time.Now()
-	wait.For(t, 5*time.Second, func() bool { return time.Since(made) > 2*fx.fs.s.ahead.settled }, "the tree to settle")
+	wait.For(t, 5*time.Second, func() bool { return time.Since(made) > 2*fx.fs.s.ahead.Settled }, "the tree to settle")
 	return fx
 }
 
@@ -73,18 +74,18 @@ func walkRecord(t *testing.T, fx *fixture, fn func(p string, d fs.DirEntry)) []s
 func TestWalkListingAheadReportsTheSameEntries(t *testing.T) {
 	fx := aheadTree(t, 30)
 	var listed atomic.Int32
-	fx.fs.s.ahead.listed = func() { listed.Add(1) }
+	fx.fs.s.ahead.Listed = func() { listed.Add(1) }
 	used := 0
-	fx.fs.s.ahead.used = func(n int) { used = n }
+	fx.fs.s.ahead.Used = func(n int) { used = n }
 	got := walkRecord(t, fx, func(p string, d fs.DirEntry) {
 		if p == "inside/d00/f00" {
-			wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
+			wait.For(t, 10*time.Second, func() bool { return listed.Load() >= fdwalk.AheadPerDir+1 }, "the lister")
 		}
 	})
-	if used < aheadPerDir {
-		t.Fatalf("the walk used %d listings ahead, want at least %d", used, aheadPerDir)
+	if used < fdwalk.AheadPerDir {
+		t.Fatalf("the walk used %d listings ahead, want at least %d", used, fdwalk.AheadPerDir)
 	}
-	fx.fs.s.ahead.after = 1 << 30 // no lister
+	fx.fs.s.ahead.After = 1 << 30 // no lister
 	want := walkRecord(t, fx, nil)
 	if used != 0 {
 		t.Fatalf("a walk without the lister used %d listings ahead", used)
@@ -102,7 +103,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 	fx := aheadTree(t, 12)
 	in := filepath.Join(fx.root, "inside")
 	var listed atomic.Int32
-	fx.fs.s.ahead.listed = func() { listed.Add(1) }
+	fx.fs.s.ahead.Listed = func() { listed.Add(1) }
 	base := openFDs(t)
 	seen := map[string]bool{}
 	walkRecord(t, fx, func(p string, d fs.DirEntry) {
@@ -111,7 +112,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 			return
 		}
 		// The jobs d01-d04 with their subdirectories, and d00/sub.
-		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= 2*aheadPerDir+1 }, "the lister")
+		wait.For(t, 10*time.Second, func() bool { return listed.Load() >= 2*fdwalk.AheadPerDir+1 }, "the lister")
 		for _, err := range []error{
 			// Subdirectories listed with their parent: one changed, one
 			// swapped for a link.
@@ -146,7 +147,7 @@ func TestWalkListingAheadSeesChangesMadeSince(t *testing.T) {
 func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 	fx := aheadTree(t, 20)
 	var listed atomic.Int32
-	fx.fs.s.ahead.listed = func() { listed.Add(1) }
+	fx.fs.s.ahead.Listed = func() { listed.Add(1) }
 	base := openFDs(t)
 	for _, stop := range []error{fs.SkipDir, fs.SkipAll, fs.ErrInvalid} {
 		listed.Store(0)
@@ -158,7 +159,7 @@ func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 			seen = append(seen, p)
 			switch p {
 			case "inside/d00/f00":
-				wait.For(t, 10*time.Second, func() bool { return listed.Load() >= aheadPerDir+1 }, "the lister")
+				wait.For(t, 10*time.Second, func() bool { return listed.Load() >= fdwalk.AheadPerDir+1 }, "the lister")
 			case "inside/d03":
 				if stop == fs.SkipDir {
 					return fs.SkipDir
@@ -180,81 +181,5 @@ func TestWalkListingAheadEndsWithTheWalk(t *testing.T) {
 		if n := openFDs(t); n != base {
 			t.Fatalf("stop %v: %d descriptors open after the walk, %d before", stop, n, base)
 		}
-	}
-}
-
-// The lister lists the first subdirectories of a directory with it, as
-// jobs listed already: at most aheadPerDir, none after one it could not
-// use (changed too recently), and none past tune.kidEntries entries.
-func TestListKids(t *testing.T) {
-	fx := newFixture(t, Options{UID: -1, GID: -1})
-	p := filepath.Join(fx.root, "p")
-	for _, d := range []string{"a", "b", "c", "d", "e", "q/x", "q/y", "q/z", "r/big", "r/small"} {
-		if err := os.MkdirAll(filepath.Join(p, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for k := range 2 {
-			os.WriteFile(filepath.Join(p, d, fmt.Sprintf("f%d", k)), nil, 0o644)
-		}
-	}
-	for k := range 10 {
-		os.WriteFile(filepath.Join(p, "r", "big", fmt.Sprintf("g%d", k)), nil, 0o644)
-	}
-	tune := aheadTuning{settled: 30 * time.Millisecond, kidEntries: 8}
-	// The point of the wait: the directories must be older than settled
-	// (their ctime moves only once a clock tick).
-	time.Sleep(2 * tune.settled)
-	os.WriteFile(filepath.Join(p, "q", "y", "recent"), nil, 0o644)
-	kidsOf := func(dir string) []string {
-		fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer syscall.Close(fd)
-		buf := make([]byte, direntBuf)
-		entries, _, err := listLevel(&level{fd: fd}, buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, k := range listKids(fd, entries, buf, &tune) {
-			select {
-			case <-k.done:
-			default:
-				t.Fatalf("%s: not done", k.name)
-			}
-			if !k.ok || k.state.Load() != jobListing || k.dirfd != -1 || len(k.entries) < 2 {
-				t.Fatalf("%s: ok %v, state %d, dirfd %d, %d entries", k.name, k.ok, k.state.Load(), k.dirfd, len(k.entries))
-			}
-			names = append(names, k.name)
-		}
-		return names
-	}
-	if got := fmt.Sprint(kidsOf(p)); got != fmt.Sprint([]string{"a", "b", "c", "d"}) {
-		t.Fatalf("kids of p: %s", got)
-	}
-	if got := fmt.Sprint(kidsOf(filepath.Join(p, "q"))); got != "[x]" {
-		t.Fatalf("kids of q (y changed just now): %s", got)
-	}
-	if got := fmt.Sprint(kidsOf(filepath.Join(p, "r"))); got != "[]" {
-		t.Fatalf("kids of r (big has more entries than the budget): %s", got)
-	}
-}
-
-// The walk queues the subdirectories listed with a directory at their
-// entries, as submitted jobs.
-func TestAheadQueueAdopt(t *testing.T) {
-	dir := func(name string) *statEntry { return &statEntry{name: name, st: syscall.Stat_t{Mode: syscall.S_IFDIR}} }
-	file := func(name string) *statEntry { return &statEntry{name: name, st: syscall.Stat_t{Mode: syscall.S_IFREG}} }
-	ls := &lister{}
-	a := &aheadQueue{ls: ls, entries: []*statEntry{file("a"), dir("b"), file("c"), dir("d"), dir("e")}}
-	a.adopt([]*aheadJob{{name: "b"}, {name: "d"}})
-	if len(a.q) != 2 || a.q[0].i != 1 || a.q[1].i != 3 || a.next != 4 || ls.pending != 2 || a.q[0].j.q != a {
-		t.Fatalf("queue %+v, next %d, pending %d", a.q, a.next, ls.pending)
-	}
-	b := &aheadQueue{ls: ls, entries: []*statEntry{dir("x")}}
-	b.adopt([]*aheadJob{{name: "gone"}})
-	if len(b.q) != 0 || ls.pending != 2 {
-		t.Fatalf("a subdirectory not among the entries was queued: %+v", b.q)
 	}
 }

@@ -1,4 +1,4 @@
-package sandbox
+package fdwalk
 
 import (
 	"runtime"
@@ -28,51 +28,52 @@ import (
 // otherwise enter one and need its first subdirectory at once, before the
 // lister could have listed it, and list most directories itself.
 //
-// Bounds: at most aheadPerDir subdirectories of one directory and
+// Bounds: at most AheadPerDir subdirectories of one directory and
 // aheadJobs in all (plus the subdirectories listed with them, at most
-// aheadPerDir and tune.kidEntries entries a job) are listed ahead and not
+// AheadPerDir and tune.KidEntries entries a job) are listed ahead and not
 // yet entered (their entries only: a directory listed ahead is closed
 // once listed), so listing ahead holds at most three descriptors beyond
 // the walk's own (the lister's two, a job's and one of its
 // subdirectories', and the walk's while it lists a job itself rather than
 // wait, see take). Only
 // subdirectories of directories whose descriptor the walk holds anyway
-// (depth below heldLevels) are listed ahead, through that descriptor. A walk of fewer than
-// tune.after entries starts no goroutine; the lister is joined before the
+// (depth below Held) are listed ahead, through that descriptor. A walk of fewer than
+// tune.After entries starts no goroutine; the lister is joined before the
 // walk returns.
 
 // aheadJobs is how many subdirectories a walk lists ahead at most, and
-// aheadPerDir how many of one directory (so that the subdirectories of
+// AheadPerDir how many of one directory (so that the subdirectories of
 // the one the walk is in are not held back by those of its parents, which
 // it enters much later).
 const (
 	aheadJobs   = 32
-	aheadPerDir = 4
+	AheadPerDir = 4
 )
 
-// aheadTuning is how a sandbox's walks list ahead: a field of its state
-// (tests set their own), not package variables (ARCHITECTURE.md rule 1).
-type aheadTuning struct {
-	// after is how many entries a walk lists before it starts the
+// Tuning is how a walk lists ahead: a field of the sandbox's state (tests
+// set their own), not package variables (ARCHITECTURE.md rule 1).
+type Tuning struct {
+	// After is how many entries a walk lists before it starts the
 	// lister (a small tree is walked without a goroutine).
-	after int
-	// settled is how long a directory must have been unchanged for
+	After int
+	// Settled is how long a directory must have been unchanged for
 	// its listing ahead to be used: a ctime moves only once per clock tick
 	// of the file system, so a directory changed in the tick of its
 	// listing could change again unseen.
-	settled time.Duration
-	// kidEntries bounds the entries of the subdirectories listed with
+	Settled time.Duration
+	// KidEntries bounds the entries of the subdirectories listed with
 	// one job (memory: a directory of a million files is left to the walk).
-	kidEntries int
-	// used, when set (by tests), is called at the end of a walk with
-	// how many listings ahead it used; listed by the lister after
+	KidEntries int
+	// Used, when set (by tests), is called at the end of a walk with
+	// how many listings ahead it used; Listed by the lister after
 	// each directory it listed.
-	used   func(n int)
-	listed func()
+	Used   func(n int)
+	Listed func()
 }
 
-func defaultAheadTuning() aheadTuning {
-	return aheadTuning{after: 2048, settled: 100 * time.Millisecond, kidEntries: 8192}
+// DefaultTuning is the listing ahead of a sandbox's walks.
+func DefaultTuning() Tuning {
+	return Tuning{After: 2048, Settled: 100 * time.Millisecond, KidEntries: 8192}
 }
 
 // Job states: queued for the lister, being listed, taken by the walk.
@@ -88,20 +89,20 @@ type aheadJob struct {
 	q     *aheadQueue // the directory's queue it is in
 	dirfd int
 	name  string
-	id    inode
+	id    Inode
 	state atomic.Int32
 	done  chan struct{} // closed by the lister once it listed the job
 
 	// kidsOK says the walk lists the subdirectories of this one ahead
-	// too (it is above heldLevels): the lister lists the first ones with
+	// too (it is above Held): the lister lists the first ones with
 	// it (kids).
 	kidsOK bool
-	tune   *aheadTuning // the walk's
+	tune   *Tuning // the walk's
 
 	// Set by the lister before done is closed.
 	ok      bool
 	ctime   unix.Timespec
-	entries []*statEntry
+	entries []*Entry
 	kids    []*aheadJob // listed, in the order of entries
 }
 
@@ -115,7 +116,7 @@ type lister struct {
 	used    int
 	on      bool // set by Walk (a walk WalkParallel runs has no lister)
 	off     bool
-	tune    aheadTuning // set by Walk with on
+	tune    Tuning // set by Walk with on
 }
 
 // canSubmit reports whether the walk may hand one more directory to the
@@ -125,7 +126,7 @@ func (ls *lister) canSubmit() bool {
 		return false
 	}
 	if ls.jobs == nil {
-		if ls.listed < ls.tune.after {
+		if ls.listed < ls.tune.After {
 			return false
 		}
 		if runtime.GOMAXPROCS(0) < 2 {
@@ -140,8 +141,8 @@ func (ls *lister) canSubmit() bool {
 	return ls.pending < aheadJobs && len(ls.jobs) < cap(ls.jobs)
 }
 
-func (ls *lister) submit(q *aheadQueue, e *statEntry) *aheadJob {
-	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.name, id: e.id(), done: make(chan struct{}), kidsOK: q.depth+1 < heldLevels, tune: &ls.tune}
+func (ls *lister) submit(q *aheadQueue, e *Entry) *aheadJob {
+	j := &aheadJob{q: q, dirfd: q.dirfd, name: e.Base, id: e.ID(), done: make(chan struct{}), kidsOK: q.depth+1 < Held, tune: &ls.tune}
 	ls.pending++
 	ls.jobs <- j
 	return j
@@ -153,7 +154,7 @@ func (ls *lister) submit(q *aheadQueue, e *statEntry) *aheadJob {
 // else nil (the walk lists sub itself, as without the lister). While the
 // lister is still listing j, the walk lists later jobs of the same
 // directory itself (with buf) rather than wait.
-func (ls *lister) take(j *aheadJob, sub *level, buf []byte) ([]*statEntry, []*aheadJob) {
+func (ls *lister) take(j *aheadJob, sub *Level, buf []byte) ([]*Entry, []*aheadJob) {
 	if j == nil {
 		return nil, nil
 	}
@@ -196,42 +197,42 @@ func (ls *lister) stop() {
 		close(ls.jobs)
 		ls.wg.Wait()
 	}
-	if ls.tune.used != nil {
-		ls.tune.used(ls.used)
+	if ls.tune.Used != nil {
+		ls.tune.Used(ls.used)
 	}
 }
 
 func (ls *lister) run() {
-	buf := make([]byte, direntBuf)
+	buf := make([]byte, BufSize)
 	for j := range ls.jobs {
 		if j.state.CompareAndSwap(jobQueued, jobListing) {
 			j.list(buf)
 			close(j.done)
-			if ls.tune.listed != nil {
-				ls.tune.listed()
+			if ls.tune.Listed != nil {
+				ls.tune.Listed()
 			}
 		}
 	}
 }
 
 // list lists j's directory, if it is the one the walk listed and it has
-// been unchanged for tune.settled. Failures leave j not ok: the walk then
+// been unchanged for tune.Settled. Failures leave j not ok: the walk then
 // lists the directory itself and reports what fails as without the lister.
 func (j *aheadJob) list(buf []byte) {
 	now := time.Now()
-	fd, err := openat(j.dirfd, j.name, dirFlags)
+	fd, err := Openat(j.dirfd, j.name, DirFlags)
 	if err != nil {
 		return
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || (inode{uint64(st.Dev), st.Ino}) != j.id {
+	if err := unix.Fstat(fd, &st); err != nil || (Inode{uint64(st.Dev), st.Ino}) != j.id {
 		return
 	}
-	if now.Sub(time.Unix(st.Ctim.Unix())) < j.tune.settled {
+	if now.Sub(time.Unix(st.Ctim.Unix())) < j.tune.Settled {
 		return
 	}
-	entries, _, err := listLevel(&level{fd: fd}, buf)
+	entries, _, err := listFD(fd, buf)
 	if err != nil {
 		return
 	}
@@ -248,23 +249,23 @@ func (j *aheadJob) list(buf []byte) {
 // listed as any other (same identity and settling checks); the walk
 // takes them with their parent's entries (take) into its queue for the
 // parent (aheadQueue.adopt).
-func listKids(fd int, entries []*statEntry, buf []byte, tune *aheadTuning) []*aheadJob {
+func listKids(fd int, entries []*Entry, buf []byte, tune *Tuning) []*aheadJob {
 	var kids []*aheadJob
-	budget := tune.kidEntries
+	budget := tune.KidEntries
 	for _, e := range entries {
-		if len(kids) == aheadPerDir || budget <= 0 {
+		if len(kids) == AheadPerDir || budget <= 0 {
 			break
 		}
 		if !e.IsDir() {
 			continue
 		}
-		k := &aheadJob{dirfd: fd, name: e.name, id: e.id(), done: make(chan struct{}), tune: tune}
+		k := &aheadJob{dirfd: fd, name: e.Base, id: e.ID(), done: make(chan struct{}), tune: tune}
 		k.state.Store(jobListing)
 		k.list(buf)
 		k.dirfd = -1
 		close(k.done)
-		if tune.listed != nil {
-			tune.listed()
+		if tune.Listed != nil {
+			tune.Listed()
 		}
 		if budget -= len(k.entries); !k.ok || budget < 0 {
 			break
@@ -279,7 +280,7 @@ type aheadQueue struct {
 	ls      *lister
 	dirfd   int
 	depth   int // of the directory, below the start of the walk
-	entries []*statEntry
+	entries []*Entry
 	next    int // the next entry to consider submitting
 	q       []queued
 }
@@ -288,7 +289,7 @@ type aheadQueue struct {
 // entries (take), as if submitted (they are listed already).
 func (a *aheadQueue) adopt(kids []*aheadJob) {
 	for _, k := range kids {
-		for a.next < len(a.entries) && (a.entries[a.next].name != k.name || !a.entries[a.next].IsDir()) {
+		for a.next < len(a.entries) && (a.entries[a.next].Base != k.name || !a.entries[a.next].IsDir()) {
 			a.next++
 		}
 		if a.next == len(a.entries) {
@@ -310,7 +311,7 @@ type queued struct {
 // too late for it) while there is room.
 func (a *aheadQueue) fill(i int) {
 	a.next = max(a.next, i+1)
-	for a.next < len(a.entries) && len(a.q) < aheadPerDir && a.ls.canSubmit() {
+	for a.next < len(a.entries) && len(a.q) < AheadPerDir && a.ls.canSubmit() {
 		if e := a.entries[a.next]; e.IsDir() {
 			a.q = append(a.q, queued{a.next, a.ls.submit(a, e)})
 		}

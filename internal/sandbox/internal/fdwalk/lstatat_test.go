@@ -1,4 +1,4 @@
-package sandbox
+package fdwalk
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func TestLstatAtIsFstatat(t *testing.T) {
 	for _, name := range []string{long, "link", "missing", long + "n", "a\x00b", "x"} {
 		var got syscall.Stat_t
 		var want unix.Stat_t
-		gotErr := lstatAt(fd, name, cname, &got)
+		gotErr := LstatAt(fd, name, cname, &got)
 		wantErr := unix.Fstatat(fd, name, &want, unix.AT_SYMLINK_NOFOLLOW)
 		if !errors.Is(gotErr, wantErr) && gotErr != wantErr {
 			t.Fatalf("%.12q: error %v, fstatat's %v", name, gotErr, wantErr)
@@ -42,7 +42,7 @@ func TestLstatAtIsFstatat(t *testing.T) {
 		}
 	}
 	var st syscall.Stat_t
-	if err := lstatAt(fd, "link", cname, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+	if err := LstatAt(fd, "link", cname, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFLNK {
 		t.Fatalf("the link was followed or failed: %v %o", err, st.Mode)
 	}
 }

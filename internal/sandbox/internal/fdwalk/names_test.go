@@ -1,4 +1,4 @@
-package sandbox
+package fdwalk
 
 import (
 	"encoding/binary"
@@ -25,10 +25,10 @@ func direntRecord(ino uint64, name string) []byte {
 	return rec
 }
 
-// TestAppendDirentNamesIsParseDirent: the walk's parse of getdents64
+// TestAppendNamesIsParseDirent: the walk's parse of getdents64
 // records gives unix.ParseDirent's names, for random records (deleted
 // ones, ".", "..", names of every length) and for a real directory.
-func TestAppendDirentNamesIsParseDirent(t *testing.T) {
+func TestAppendNamesIsParseDirent(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
 		var buf []byte
@@ -45,7 +45,7 @@ func TestAppendDirentNamesIsParseDirent(t *testing.T) {
 		cut := buf[:r.IntN(len(buf)+1)] // a last record cut short is left out
 		want := []string{"x"}
 		_, _, want = unix.ParseDirent(cut, -1, want)
-		if got := appendDirentNames([]string{"x"}, cut); !slices.Equal(got, want) {
+		if got := AppendNames([]string{"x"}, cut); !slices.Equal(got, want) {
 			t.Fatalf("got %q\nwant %q", got, want)
 		}
 	}
@@ -58,7 +58,7 @@ func TestAppendDirentNamesIsParseDirent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, direntBuf)
+	buf := make([]byte, BufSize)
 	var got, want []string
 	for {
 		n, err := unix.ReadDirent(fd, buf)
@@ -68,7 +68,7 @@ func TestAppendDirentNamesIsParseDirent(t *testing.T) {
 		if n == 0 {
 			break
 		}
-		got = appendDirentNames(got, buf[:n])
+		got = AppendNames(got, buf[:n])
 		_, _, want = unix.ParseDirent(buf[:n], -1, want)
 	}
 	if len(got) != 300 || !slices.Equal(got, want) {
