@@ -398,12 +398,21 @@ type uploader struct {
 
 func (u *uploader) run(ctx context.Context, uploads <-chan packUpload) {
 	for p := range uploads {
+		stored := false
 		if u.errs.get() == nil {
 			if err := u.s.b.Put(ctx, packName(p.p.ID), p.data); err != nil {
 				u.errs.set(fmt.Errorf("storing a pack: %w", err))
 			} else {
 				u.packs = append(u.packs, p.p)
+				stored = true
 			}
+		}
+		if !stored {
+			// Not the backup's: no longer in flight (a GC removes what
+			// a failed Put may have left).
+			u.s.mu.Lock()
+			delete(u.s.inflight, p.p.ID)
+			u.s.mu.Unlock()
 		}
 		select {
 		case u.free <- p.data:
