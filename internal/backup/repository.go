@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/wharf/wharf/internal/archive"
@@ -78,21 +76,25 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 	// chunks are reused (repoFiles). It is bare: no file is hashed for an
 	// integrity entry (the chunks' SHA-256 checks a restore; a download
 	// is sealed with the entry, WriteRepositoryArchive).
-	w := st.NewWriter(srv.UUID(), backup)
-	defer w.Abort()
-	w.SetBare()
-	hook := &repoFiles{w: w, prev: w.LatestIndex(srv.UUID()), record: s.repoFilesRead != nil}
-	_, err = archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
-		Ignore:      s.ignorePatterns(srv, ignore),
-		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
-		Files:       hook,
-		TreeTrailer: true,
-		TempDir:     cfg.System.TmpDirectory,
-	})
-	if err != nil {
-		return Details{}, fmt.Errorf("writing the archive: %w", err)
+	var read []string
+	var onRead func(string)
+	if s.repoFilesRead != nil {
+		onRead = func(rel string) { read = append(read, rel) }
 	}
-	m, err := w.Commit()
+	m, err := st.WriteBackup(ctx, srv.UUID(), backup, func(w *chunkstore.Writer) error {
+		w.SetBare()
+		_, err := archive.Write(ctx, w, srv.Files().Trusted(), archive.WriteOptions{
+			Ignore:      s.ignorePatterns(srv, ignore),
+			Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
+			Files:       w.FileHook(ctx, onRead),
+			TreeTrailer: true,
+			TempDir:     cfg.System.TmpDirectory,
+		})
+		if err != nil {
+			return fmt.Errorf("writing the archive: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return Details{}, err
 	}
@@ -103,7 +105,7 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 		s.log.Warn("the backups folder's index of a backup was not written: its first listing reads the backup", "server", srv.UUID(), "backup", backup, "error", err)
 	}
 	if s.repoFilesRead != nil {
-		s.repoFilesRead(hook.read)
+		s.repoFilesRead(read)
 	}
 	return Details{Checksum: m.SHA1, Size: m.Size}, nil
 }
@@ -111,94 +113,6 @@ func (s *Service) createRepository(ctx context.Context, srv Server, backup, igno
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
-
-// repoFiles is the archive.FileHook of a repository backup: it makes each
-// regular file's tar entry its own run of chunks, indexes it, and reuses
-// the chunks of a file whose stat is the one of the previous backup.
-//
-// An empty file (by the walk's lstat) is not the hook's (archive.FileHook,
-// issue 33): its entry, a tar header, stays in the stream's run of such
-// entries, chunked with them, and the file is neither opened nor indexed.
-// Empty files cost no disk, so a game can make hundreds of thousands; as
-// segments of their own, each was a chunk, an index entry and pins (~1.8
-// KiB of the daemon's memory a file), and reusing one saved only its
-// open. Each backup writes their headers again, and the run's chunks, made
-// of the same bytes, are found in the repository.
-type repoFiles struct {
-	w      *chunkstore.Writer
-	prev   *chunkstore.FileIndex
-	start  int
-	record bool     // keep read (tests)
-	read   []string // files read (tests)
-}
-
-// fileKey is what says a file is unchanged: as the live transfer's scan,
-// size, mtime and inode, plus ctime and mode (a chmod, a rename over it).
-func fileKey(rel string, fi fs.FileInfo) (chunkstore.File, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return chunkstore.File{}, false
-	}
-	return chunkstore.File{
-		Path: rel, Size: fi.Size(), MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(),
-		Ino: st.Ino, Dev: uint64(st.Dev), Mode: st.Mode,
-	}, true
-}
-
-func sameKey(a, b chunkstore.File) bool {
-	return a.Size == b.Size && a.MtimeNs == b.MtimeNs && a.CtimeNs == b.CtimeNs &&
-		a.Ino == b.Ino && a.Dev == b.Dev && a.Mode == b.Mode
-}
-
-func (h *repoFiles) Reuse(rel string, fi fs.FileInfo) ([]byte, bool) {
-	p, ok := h.prev.Find(rel)
-	if !ok {
-		return nil, false
-	}
-	k, ok := fileKey(rel, fi)
-	if !ok || !sameKey(k, p.File) {
-		return nil, false
-	}
-	if h.w.Cut() != nil {
-		return nil, false
-	}
-	first := h.w.Len()
-	if !h.w.Reuse(p) {
-		return nil, false
-	}
-	// First and Count are in the writer's segments (Len): one here. The
-	// stream is bare: no SHA-1 to carry over.
-	k.First, k.Count = first, h.w.Len()-first
-	h.w.AddFile(k)
-	return nil, true
-}
-
-func (h *repoFiles) Begin(rel string) error {
-	if err := h.w.Cut(); err != nil {
-		return err
-	}
-	h.start = h.w.Len()
-	if h.record {
-		h.read = append(h.read, rel)
-	}
-	return nil
-}
-
-func (h *repoFiles) End(rel string, fi fs.FileInfo, sum []byte) error {
-	if err := h.w.Cut(); err != nil {
-		return err
-	}
-	if fi == nil {
-		return nil
-	}
-	k, ok := fileKey(rel, fi)
-	if !ok {
-		return nil
-	}
-	k.First, k.Count = h.start, h.w.Len()-h.start
-	h.w.AddFile(k)
-	return nil
-}
 
 // OpenRepositoryStream opens the tar.gz of a repository backup of server,
 // generated as it is read until ctx ends (a cancelled transfer that sends

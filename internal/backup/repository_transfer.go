@@ -60,23 +60,23 @@ func (s *Service) writeTransferSnapshot(ctx context.Context, server string, file
 	if err != nil {
 		return "", err
 	}
-	w := st.NewWriter(server, name)
-	defer w.Abort()
-	w.SetBare()
-	var hook archive.FileHook = &repoFiles{w: w, prev: w.LatestIndex(server)}
-	if seen != nil {
-		hook = seenFiles{FileHook: hook, seen: seen}
-	}
-	_, err = archive.Write(ctx, w, files, archive.WriteOptions{
-		Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
-		Files:       hook,
-		TreeTrailer: true,
-		TempDir:     cfg.System.TmpDirectory,
+	m, err := st.WriteBackup(ctx, server, name, func(w *chunkstore.Writer) error {
+		w.SetBare()
+		var hook archive.FileHook = w.FileHook(ctx, nil)
+		if seen != nil {
+			hook = seenFiles{FileHook: hook, seen: seen}
+		}
+		_, err := archive.Write(ctx, w, files, archive.WriteOptions{
+			Compress:    func(w io.Writer) (io.WriteCloser, error) { return nopCloser{w}, nil },
+			Files:       hook,
+			TreeTrailer: true,
+			TempDir:     cfg.System.TmpDirectory,
+		})
+		if err != nil {
+			return fmt.Errorf("writing the transfer snapshot: %w", err)
+		}
+		return nil
 	})
-	if err != nil {
-		return "", fmt.Errorf("writing the transfer snapshot: %w", err)
-	}
-	m, err := w.Commit()
 	if err != nil {
 		return "", err
 	}

@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,4 +103,90 @@ func BenchmarkCodecs(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchFiles is the files of a 64 MiB game-server tree, as a backup's
+// stream gives them to the writer (one segment each).
+func benchFiles(b *testing.B) [][]byte {
+	b.Helper()
+	dir := b.TempDir()
+	if _, err := tree.GameServer(dir, 64<<20); err != nil {
+		b.Fatal(err)
+	}
+	var files [][]byte
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			data, _ := os.ReadFile(p)
+			files = append(files, data)
+		}
+		return nil
+	})
+	return files
+}
+
+// writeBenchBackup writes files as one backup, a segment each, in writes
+// of at most a MiB (the walk's).
+func writeBenchBackup(b *testing.B, s *Store, backup string, files [][]byte) {
+	w := s.NewWriter("srv", backup)
+	defer w.Abort()
+	for _, f := range files {
+		for d := f; len(d) > 0; {
+			n := min(len(d), 1<<20)
+			if _, err := w.Write(d[:n]); err != nil {
+				b.Fatal(err)
+			}
+			d = d[n:]
+		}
+		if err := w.Cut(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := w.Commit(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkWriter: the writer's pipeline (chunking, hashing, compression,
+// packing, local stores) over the 64 MiB test tree: a first backup into
+// an empty repository, and a second one whose chunks are all stored.
+func BenchmarkWriter(b *testing.B) {
+	files := benchFiles(b)
+	var size int64
+	for _, f := range files {
+		size += int64(len(f))
+	}
+	b.Run("first", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			b.StopTimer()
+			dir, err := os.MkdirTemp(b.TempDir(), "repo")
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			writeBenchBackup(b, s, "b1", files)
+			b.StopTimer()
+			s.Close()
+			os.RemoveAll(dir)
+			b.StartTimer()
+		}
+	})
+	b.Run("second", func(b *testing.B) {
+		s, err := Open(b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		writeBenchBackup(b, s, "b0", files)
+		b.SetBytes(size)
+		i := 0
+		for b.Loop() {
+			i++
+			writeBenchBackup(b, s, fmt.Sprintf("b%d", i), files)
+		}
+	})
 }

@@ -269,14 +269,14 @@ func TestReuseFromAParsedManifestIsChecked(t *testing.T) {
 		return w, m
 	}
 	w, m := reuseAll("b2")
-	if s.rescans == 0 || len(w.checked) != 0 {
-		t.Fatalf("reusing a parsed manifest: %d rescans, checked ranges %v", s.rescans, w.checked)
+	if s.rescans == 0 || len(w.app.res.checked) != 0 {
+		t.Fatalf("reusing a parsed manifest: %d rescans, checked ranges %v", s.rescans, w.app.res.checked)
 	}
 	if d := s.Check(m); d != nil {
 		t.Fatalf("b2: %v", d.Chunks[0])
 	}
 	w, m = reuseAll("b3")
-	if len(w.checked) != 1 || w.checked[0] != [2]int{0, len(m.Chunks)} {
-		t.Fatalf("reusing the committed manifest: checked ranges %v of %d chunks", w.checked, len(m.Chunks))
+	if len(w.app.res.checked) != 1 || w.app.res.checked[0] != [2]int{0, len(m.Chunks)} {
+		t.Fatalf("reusing the committed manifest: checked ranges %v of %d chunks", w.app.res.checked, len(m.Chunks))
 	}
 }

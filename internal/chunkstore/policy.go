@@ -55,10 +55,15 @@ type ownChunks struct {
 	order []int32
 }
 
-// mayReuse reports whether w may skip h when the repository has it.
-func (w *Writer) mayReuse(h blobID) bool {
-	w.own.once.Do(w.loadOwn)
-	return w.own.all || w.own.has(h)
+// mayReuse reports whether a writer may skip h when the repository has
+// it; load gives the ids of the set, at the first call (ownIDs).
+func (o *ownChunks) mayReuse(h blobID, load func() []blobID) bool {
+	o.once.Do(func() {
+		if !o.all {
+			o.build(load())
+		}
+	})
+	return o.all || o.has(h)
 }
 
 func (o *ownChunks) has(h blobID) bool {
@@ -74,12 +79,9 @@ func (o *ownChunks) has(h blobID) bool {
 	return false
 }
 
-// loadOwn makes w.own: the lists LatestIndex pinned when it ran, else the
-// server's latest manifest.
-func (w *Writer) loadOwn() {
-	if w.own.all {
-		return
-	}
+// ownIDs is what w's ownChunks is made of: the lists LatestIndex pinned
+// when it ran, else the server's latest manifest.
+func (w *Writer) ownIDs() []blobID {
 	s := w.s
 	var ids []blobID
 	s.mu.Lock()
@@ -88,9 +90,9 @@ func (w *Writer) loadOwn() {
 	}
 	s.mu.Unlock()
 	if ids == nil {
-		ids = s.latestIDs(w.m.Server)
+		ids = s.latestIDs(w.head.Server)
 	}
-	w.own.build(ids)
+	return ids
 }
 
 // build buckets ids (which it keeps): about one id a bucket.

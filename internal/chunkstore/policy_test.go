@@ -234,12 +234,13 @@ func BenchmarkOwnChunksSet(b *testing.B) {
 	}
 	s := newStore(nil)
 	for b.Loop() {
-		w := &Writer{s: s, m: Manifest{Server: "srv"}}
+		w := &Writer{s: s, head: Manifest{Server: "srv"}}
+		var own ownChunks
 		s.mu.Lock()
 		w.listPins = []int{s.pinListLocked(ids)}
 		s.mu.Unlock()
 		for i := range 1000 { // a 2 % change: ~1,000 new chunks
-			w.mayReuse(ids[i*37])
+			own.mayReuse(ids[i*37], w.ownIDs)
 		}
 		s.unpin(nil, w.listPins)
 	}
