@@ -377,10 +377,16 @@ func (s *Server) kill(ctx context.Context) error {
 	if errors.Is(err, runtime.ErrNotFound) || errors.Is(err, runtime.ErrNotRunning) {
 		err = nil
 	}
+	// During the re-attach at boot no process is attached yet and no exit
+	// will be reported: settle at once. Otherwise the run's end reports the
+	// exit (onStreamEnd, which may still wait for the engine after the
+	// stream closed): wait for it, or a start right after the kill would be
+	// taken for the old process's crash.
+	reattaching := s.restorePending() != nil
 	s.mu.RLock()
-	attached := s.run != nil // none during the re-attach at boot: no exit will be reported
+	reattaching = reattaching && s.run == nil
 	s.mu.RUnlock()
-	if err == nil && (!attached || !s.waitForState(ctx, Offline, killWait)) && s.State() != Offline {
+	if err == nil && (reattaching || !s.waitForState(ctx, Offline, killWait)) && s.State() != Offline {
 		// No attached process reported the exit: settle the state ourselves.
 		s.detach()
 		s.setState(Offline)
