@@ -64,7 +64,12 @@ func TestRootlessPodmanSmoke(t *testing.T) {
 			}
 		}
 	}})
-	t.Cleanup(func() { n.request("DELETE", "/api/servers/"+s.UUID, nil, "") })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s", n.log.String())
+		}
+		n.request("DELETE", "/api/servers/"+s.UUID, nil, "")
+	})
 	if !strings.Contains(n.log.String(), "rootless engine: prepared") {
 		t.Errorf("the boot log does not say what Wharf prepared for the rootless engine:\n%s", n.log.String())
 	}
@@ -110,6 +115,21 @@ func TestRootlessPodmanSmoke(t *testing.T) {
 		t.Errorf("the file belongs to uid %d on the host, want the engine's user %s (uid %s)", uid, name, acct.Uid)
 	}
 
-	console.send("set state", "stop")
-	collectUntil(t, console, 60*time.Second, func(m wsMsg) bool { return m.Event == "status" && m.Args[0] == "offline" })
+	// The start action may still hold the server's power lock after the
+	// game reached running (rootless Podman's start call returns late):
+	// the stop is then refused, as by Wings, and asked again.
+	deadline := time.Now().Add(60 * time.Second)
+	for stopped := false; !stopped; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server did not stop within 60 s")
+		}
+		console.send("set state", "stop")
+		collectUntil(t, console, time.Until(deadline), func(m wsMsg) bool {
+			stopped = m.Event == "status" && m.Args[0] == "offline"
+			return stopped || m.Event == "daemon error" && strings.Contains(strings.Join(m.Args, " "), "Another power action")
+		})
+		if !stopped {
+			console.expect("stats", 30*time.Second, nil) // paces the next try (one frame every few seconds)
+		}
+	}
 }
