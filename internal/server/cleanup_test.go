@@ -52,23 +52,11 @@ func (h *hungRuntime) Remove(ctx context.Context, name, _ string) error {
 // ends (the transfer's clean-up detaches from its own): the kill and the container removals
 // each get CleanupTimeout.
 func TestDeleteBoundedOnHungEngine(t *testing.T) {
-	dir := t.TempDir()
-	c := config.Defaults()
-	c.System.Data = filepath.Join(dir, "volumes")
-	c.System.RootDirectory = dir
-	c.System.User.UID, c.System.User.GID = -1, -1
-	rt := &hungRuntime{deadlines: map[string]time.Time{}}
-	m := NewManager(context.Background(), &Deps{Runtime: rt, Config: config.NewStore(filepath.Join(dir, "config.yml"), c)})
-	var def Definition
-	def.Config.UUID = uuid.NewString()
-	s, err := m.Add(def)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, rt := hungServer(t)
 	s.setState(Running)
 
 	start := time.Now()
-	err = m.Delete(context.Background(), s)
+	err := m.Delete(context.Background(), s)
 	if errors.Is(err, errNoDeadline) {
 		t.Fatalf("a clean-up call had no time limit: %v", err)
 	}
@@ -76,7 +64,7 @@ func TestDeleteBoundedOnHungEngine(t *testing.T) {
 		t.Fatalf("Delete = %v, want the removals' deadline error", err)
 	}
 	end := time.Now()
-	id := def.Config.UUID
+	id := s.UUID()
 	for _, call := range []string{"signal " + id, "remove " + id, "remove " + id + "_installer"} {
 		dl, ok := rt.deadlines[call]
 		if !ok {
@@ -142,4 +130,24 @@ func TestStartFailureCleanupBounded(t *testing.T) {
 	if s.State() != Offline {
 		t.Fatalf("state after a failed start %s", s.State())
 	}
+}
+
+// hungServer is a manager on a hung engine (every call waits for its
+// context) holding one server with no container.
+func hungServer(t *testing.T) (*Manager, *Server, *hungRuntime) {
+	t.Helper()
+	dir := t.TempDir()
+	c := config.Defaults()
+	c.System.Data = filepath.Join(dir, "volumes")
+	c.System.RootDirectory = dir
+	c.System.User.UID, c.System.User.GID = -1, -1
+	rt := &hungRuntime{deadlines: map[string]time.Time{}}
+	m := NewManager(context.Background(), &Deps{Runtime: rt, Config: config.NewStore(filepath.Join(dir, "config.yml"), c)})
+	var def Definition
+	def.Config.UUID = uuid.NewString()
+	s, err := m.Add(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s, rt
 }

@@ -1,16 +1,10 @@
 package server
 
 import (
-	"context"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/events"
 )
 
@@ -20,19 +14,7 @@ import (
 // "offline" then "stopping" and show a stopped server as stopping
 // (seen once in TestWebsocketConsole under load).
 func TestStateChangesPublishedInTheirOrder(t *testing.T) {
-	dir := t.TempDir()
-	c := config.Defaults()
-	c.System.Data = filepath.Join(dir, "volumes")
-	c.System.RootDirectory = dir
-	c.System.User.UID, c.System.User.GID = -1, -1
-	rt := &hungRuntime{deadlines: map[string]time.Time{}}
-	m := NewManager(context.Background(), &Deps{Runtime: rt, Config: config.NewStore(filepath.Join(dir, "config.yml"), c)})
-	var def Definition
-	def.Config.UUID = uuid.NewString()
-	s, err := m.Add(def)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s, _ := hungServer(t)
 	for i := 0; i < 300; i++ {
 		s.setState(Starting)
 		s.setState(Running)
