@@ -193,7 +193,7 @@ func dialFloodClient(b *testing.B, n *node, id string) *wsClient {
 // consoleArg returns the argument of a console output frame.
 func consoleArg(data []byte) (string, bool) {
 	const prefix = `{"event":"console output","args":["`
-	s := string(data)
+	s := strings.TrimRight(string(data), "\n") // Wings' frames end with a newline
 	if !strings.HasPrefix(s, prefix) || !strings.HasSuffix(s, `"]}`) {
 		return "", false
 	}
