@@ -105,6 +105,17 @@ func (e *fakeEnv) waitLockHeld(s *Server) {
 	}, "an action to take the power lock")
 }
 
+// waitLockFree waits until an action may take the power lock: a kill (and
+// the stop it ended) report offline a moment before they let go of it.
+func (e *fakeEnv) waitLockFree(s *Server) {
+	e.t.Helper()
+	wait.For(e.t, 10*time.Second, func() bool {
+		s.power.mu.Lock()
+		defer s.power.mu.Unlock()
+		return s.power.free()
+	}, "the power lock to be released")
+}
+
 // waitCalls waits until the engine was asked call n times.
 func (e *fakeEnv) waitCalls(call string, n int) {
 	e.t.Helper()

@@ -220,6 +220,7 @@ func TestPowerQueuedActionThatCannotRunSaysWhy(t *testing.T) {
 	waitConsole(t, s, "Power action start was not run: Server is currently being restored.")
 	end()
 	waitState(t, s, Offline)
+	e.waitLockFree(s) // the kill lets go of the lock after the state changed
 
 	gate := make(chan struct{})
 	e.rt.SetProcess(runtimetest.Process{StopCommand: "stop", StartGate: gate})
