@@ -117,6 +117,9 @@ func TestKill9AtEveryStep(t *testing.T) {
 	if os.Getenv("WHARF_CHUNKSTORE_CRASH_DIR") != "" {
 		t.Skip("in the child")
 	}
+	if outsideRace(t) {
+		return
+	}
 	keep, mixed, fresh := crashStreams(t)
 	template := t.TempDir()
 	s, err := Open(template)

@@ -380,6 +380,9 @@ func TestSharedKill9AtEveryStep(t *testing.T) {
 	if os.Getenv("WHARF_CHUNKSTORE_SHARED_CRASH_DIR") != "" {
 		t.Skip("in the child")
 	}
+	if outsideRace(t) {
+		return
+	}
 	keep, mixed, fresh := crashStreams(t)
 	bk := tarOf(t, append(randomFiles(40, 256<<10, 11)[10:30], randomFiles(4, 256<<10, 38)...))
 	want := map[string][]byte{"keep": keep, "mixed": mixed, "new": fresh, "bk": bk}
@@ -501,6 +504,9 @@ func sharedWriterStream(t *testing.T) []byte {
 func TestSharedKill9WriterThenGC(t *testing.T) {
 	if os.Getenv("WHARF_CHUNKSTORE_SHARED_WRITER_DIR") != "" {
 		t.Skip("in the child")
+	}
+	if outsideRace(t) {
+		return
 	}
 	keep, mixed, _ := crashStreams(t)
 	bnew := sharedWriterStream(t)
