@@ -84,6 +84,8 @@ type session struct {
 	closeCode   websocket.StatusCode
 	closeReason string
 
+	pace atomic.Pointer[pacer] // the console's pacing, from the first ping (pace.go)
+
 	claims   atomic.Pointer[tokens.WebsocketClaims]
 	outPerms atomic.Pointer[permissions] // what the server's events are filtered with
 
@@ -113,6 +115,9 @@ func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
 	}
 	s.q = events.NewQueue(h.queueSize, s.wants, s.kick)
 	s.log = sessionLog{s}
+	if sock.in != nil {
+		sock.in.hc.onPong = s.pong
+	}
 	return s
 }
 
@@ -162,6 +167,9 @@ func (s *session) Close(code int, reason string) {
 // the reader.
 func (s *session) end() {
 	s.ended.Store(true)
+	if p := s.pace.Load(); p != nil {
+		p.signal() // a writer waiting for a pong
+	}
 	s.closeOnce.Do(func() { go s.closeConn() })
 }
 
@@ -532,17 +540,19 @@ func (s *session) writeLoop() {
 		// A client that reads slowly is not closed: its queue drops the
 		// oldest lines and TakeRecent skips old ones (issue 38); one that
 		// stops reading is closed by the write deadline.
-		// Each slice waits for the socket; the lines of the rest that grew
-		// old meanwhile are skipped before the next one (issue 38).
+		// Each slice waits for the socket, and for the client's window when
+		// it is paced (pace.go); the lines of the rest that grew old
+		// meanwhile are skipped before the next one (issue 38).
 		for rest := batch; len(rest) > 0; {
+			if !s.awaitWindow() {
+				return
+			}
+			rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
 			n := min(len(rest), writeSlice)
 			if !s.write(rest[:n]) {
 				return
 			}
 			rest = rest[n:]
-			if len(rest) > 0 {
-				rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
-			}
 		}
 	}
 }
@@ -567,6 +577,11 @@ func (s *session) write(batch []events.Frame) bool {
 		}
 		if err = s.conn.Write(context.Background(), websocket.MessageText, f.Data); err != nil {
 			break
+		}
+	}
+	if err == nil && !expired {
+		if ping, ok := s.pingDue(); ok {
+			err = s.out.sendPing(ping)
 		}
 	}
 	if ferr := s.out.flush(); err == nil {
