@@ -191,18 +191,17 @@ func (s *session) pingDue() ([2 + pingIDLen]byte, bool) {
 	return p.due(written, time.Now())
 }
 
-// awaitWindow waits while the socket's window is full; false when the
-// session ends meanwhile. The pacing gives up on a socket (until its next
+// awaitWindow waits while the socket's window is full; ok is false when the
+// session ends meanwhile, waited true when it waited. The pacing gives up on a socket (until its next
 // pong) whose pong does not come within WriteTimeout, or within
 // firstPongWait while it never answered one: a client that does not answer
 // pings is served as before, after one such wait.
-func (s *session) awaitWindow() bool {
+func (s *session) awaitWindow() (ok, waited bool) {
 	p := s.pace.Load()
 	if p == nil {
-		return true
+		return true, false
 	}
 	var timer *time.Timer
-	waited := false
 	for {
 		blocked, answered := p.blocked(s.out.written())
 		if !blocked {
@@ -210,7 +209,7 @@ func (s *session) awaitWindow() bool {
 		}
 		waited = true
 		if s.ended.Load() {
-			return false
+			return false, true
 		}
 		if timer == nil {
 			d := s.hub.opts.WriteTimeout
@@ -224,10 +223,10 @@ func (s *session) awaitWindow() bool {
 		case <-p.wake:
 		case <-timer.C:
 			p.giveUp()
-			return !s.ended.Load()
+			return !s.ended.Load(), true
 		}
 	}
 	// A writer that did not wait writes on as before, closing or not (the
 	// batch being written finishes before the close frame).
-	return !waited || !s.ended.Load()
+	return !waited || !s.ended.Load(), waited
 }

@@ -544,8 +544,15 @@ func (s *session) writeLoop() {
 		// it is paced (pace.go); the lines of the rest that grew old
 		// meanwhile are skipped before the next one (issue 38).
 		for rest := batch; len(rest) > 0; {
-			if !s.awaitWindow() {
+			ok, waited := s.awaitWindow()
+			if !ok {
 				return
+			}
+			if waited {
+				// What was queued meanwhile joins the rest, so that the
+				// newest lines kept are the newest of both: the rest's
+				// old lines are not written ahead of them.
+				rest = append(rest, s.q.TakeRecent(nil, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)...)
 			}
 			rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
 			n := min(len(rest), writeSlice)

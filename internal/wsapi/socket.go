@@ -112,6 +112,9 @@ func (c *hijackedConn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
+	if c.pongs.bad {
+		return 0, errBadPong
+	}
 	for {
 		n, err := c.Conn.Read(p)
 		if n == 0 {
