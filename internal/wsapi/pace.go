@@ -179,7 +179,10 @@ func (s *session) pingDue() ([2 + pingIDLen]byte, bool) {
 	if budget < 0 {
 		return [2 + pingIDLen]byte{}, false
 	}
-	written := s.out.written()
+	written, pending := s.out.written()
+	if pending { // the last ping still waits for the end of another's frame
+		return [2 + pingIDLen]byte{}, false
+	}
 	p := s.pace.Load()
 	if p == nil {
 		if written < pingEvery {
@@ -203,7 +206,8 @@ func (s *session) awaitWindow() (ok, waited bool) {
 	}
 	var timer *time.Timer
 	for {
-		blocked, answered := p.blocked(s.out.written())
+		written, _ := s.out.written()
+		blocked, answered := p.blocked(written)
 		if !blocked {
 			break
 		}

@@ -132,3 +132,56 @@ func TestConsolePacingBoundsUnreadConsole(t *testing.T) {
 		t.Fatalf("control: only %d bytes unread without pacing: the test shows nothing", unpaced)
 	}
 }
+
+// roundTrips drives a pacer through rounds of one ping each (written
+// bytes: the window, the client always behind by inflight) with the given
+// round trip per round, and returns the window after them.
+func roundTrips(p *pacer, rtt func(round int) time.Duration, rounds int) uint64 {
+	now := time.Unix(0, 0).Add(time.Duration(p.nextID) * time.Hour) // after the rounds before
+	written := p.lastPing
+	for i := 0; i < rounds; i++ {
+		written += p.window // the writer fills the window
+		f, ok := p.due(written, now)
+		if !ok {
+			panic("no ping due")
+		}
+		now = now.Add(rtt(i))
+		p.pong(f[2:], now)
+	}
+	return p.window
+}
+
+// TestPacerWindow: the window's rule, on synthetic round trips. A distant
+// panel whose round trip is steady (150 ms, 400 ms: more than the budget)
+// keeps growing its window, since only the delay beyond the smallest round
+// trip counts; a client whose pings queue up past the budget gets a window
+// in proportion, down to the floor; a fast one grows to the ceiling.
+func TestPacerWindow(t *testing.T) {
+	const budget = 250 * time.Millisecond
+	for _, rtt := range []time.Duration{time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond} {
+		p := newPacer(budget, 0)
+		if w := roundTrips(p, func(int) time.Duration { return rtt }, 20); w != paceWindowMax {
+			t.Errorf("steady round trip %s: window %d, want the ceiling %d", rtt, w, paceWindowMax)
+		}
+	}
+	// A client that takes a second per window beyond a 1 ms round trip:
+	// the window shrinks to about a quarter each round, to the floor.
+	p := newPacer(budget, 0)
+	w := roundTrips(p, func(i int) time.Duration {
+		if i == 0 {
+			return time.Millisecond
+		}
+		return time.Second + time.Millisecond
+	}, 20)
+	if w != paceWindowMin {
+		t.Errorf("slow client: window %d, want the floor %d", w, paceWindowMin)
+	}
+	// One late round: the window is cut in proportion once, not per pong.
+	p = newPacer(budget, 0)
+	roundTrips(p, func(i int) time.Duration { return time.Millisecond }, 1)
+	before := p.window
+	roundTrips(p, func(i int) time.Duration { return 500*time.Millisecond + time.Millisecond }, 1)
+	if got, want := p.window, before/2; got < want*9/10 || got > want*11/10 {
+		t.Errorf("a round at twice the budget: window %d, want about %d", got, want)
+	}
+}

@@ -569,6 +569,10 @@ func (s *session) writeLoop() {
 // slow client takes for a whole batch.
 const writeSlice = 256
 
+// pingCheck: how many frames the writer writes between two looks at
+// whether the pacing's ping is due.
+const pingCheck = 32
+
 // write sends a batch of frames in one system call; false when the session
 // must end.
 func (s *session) write(batch []events.Frame) bool {
@@ -577,7 +581,7 @@ func (s *session) write(batch []events.Frame) bool {
 	s.out.cork(time.Now().Add(s.hub.opts.WriteTimeout))
 	var err error
 	expired := false
-	for _, f := range batch {
+	for i, f := range batch {
 		if f.Data == nil { // closeMarker
 			expired = true
 			break
@@ -585,10 +589,14 @@ func (s *session) write(batch []events.Frame) bool {
 		if err = s.conn.Write(context.Background(), websocket.MessageText, f.Data); err != nil {
 			break
 		}
-	}
-	if err == nil && !expired {
-		if ping, ok := s.pingDue(); ok {
-			err = s.out.sendPing(ping)
+		// The pacing's ping, when one is due, goes behind the frame
+		// (every pingCheck frames, and after the last).
+		if (i+1)%pingCheck == 0 || i == len(batch)-1 {
+			if ping, ok := s.pingDue(); ok {
+				if err = s.out.sendPing(ping); err != nil {
+					break
+				}
+			}
 		}
 	}
 	if ferr := s.out.flush(); err == nil {

@@ -226,11 +226,12 @@ func (c *corkWriter) sendPing(f [2 + pingIDLen]byte) error {
 	return err
 }
 
-// written reports how many bytes of frames were written through c.
-func (c *corkWriter) written() uint64 {
+// written reports how many bytes of frames were written through c, and
+// whether a ping waits for the end of a frame.
+func (c *corkWriter) written() (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.sent
+	return c.sent, c.pingSet
 }
 
 // cork starts gathering writes; every write to the connection until flush
