@@ -12,7 +12,8 @@ import (
 // the daemon counts as written but the client has not read; a client that
 // reads slower than the console prints would find seconds of old lines
 // there, out of reach of the queue's skipping of old lines. So the writer
-// asks the client how far it has read: every pingEvery bytes it puts a
+// asks the client how far it has read: every quarter of the window (4-64
+// KiB; the first after 16 KiB) it puts a
 // websocket ping behind the frames it writes, and a client answers a ping
 // when it reads it (RFC 6455; browsers do it on their own, and frames are
 // read in order), so a pong says that everything written before its ping
@@ -29,7 +30,7 @@ import (
 // within four budgets), the pacing gives up on the socket until its next
 // pong, and the write deadline rules it as before: a client that does not
 // answer pings is served as before after one such wait. The pacer of a socket is made at its first ping: a
-// socket that never wrote pingEvery bytes holds none.
+// socket that never wrote 16 KiB holds none.
 
 const (
 	// DefaultPaceBudget: the queueing delay of a ping beyond the smallest
@@ -38,9 +39,12 @@ const (
 	paceWindowStart   = 256 << 10
 	paceWindowMin     = 16 << 10
 	paceWindowMax     = 4 << 20
-	pingEvery         = 16 << 10 // bytes written between two pings (at most)
-	pingsOutstanding  = 8        // pings awaiting their pong, at most
-	firstPongWait     = 4        // budgets: the longest wait for a socket's first pong
+	pingFirst         = 16 << 10 // bytes written before a socket's first ping
+	// Bytes written between two pings: a quarter of the window, within these.
+	pingEveryMin     = 4 << 10
+	pingEveryMax     = 64 << 10
+	pingsOutstanding = 8 // pings awaiting their pong, at most
+	firstPongWait    = 4 // budgets: the longest wait for a socket's first pong
 )
 
 type sentPing struct {
@@ -81,7 +85,7 @@ func newPacer(budget time.Duration, window uint64) *pacer {
 func (p *pacer) due(written uint64, now time.Time) ([2 + pingIDLen]byte, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	every := min(uint64(pingEvery), max(p.window/4, 1))
+	every := min(uint64(pingEveryMax), max(p.window/4, pingEveryMin))
 	if written-p.lastPing < every || len(p.pings) >= pingsOutstanding {
 		return [2 + pingIDLen]byte{}, false
 	}
@@ -185,7 +189,7 @@ func (s *session) pingDue() ([2 + pingIDLen]byte, bool) {
 	}
 	p := s.pace.Load()
 	if p == nil {
-		if written < pingEvery {
+		if written < pingFirst {
 			return [2 + pingIDLen]byte{}, false
 		}
 		p = newPacer(budget, s.hub.opts.paceWindow)
