@@ -97,6 +97,10 @@ type Options struct {
 	// events.Queue.TakeRecent.
 	RecentAge   time.Duration
 	RecentLines int
+	// PaceBudget bounds the console a client has not read yet (pace.go):
+	// DefaultPaceBudget when zero; negative: no pacing (no pings).
+	PaceBudget time.Duration
+	paceWindow uint64 // tests: a fixed window instead of the adaptive one
 	// SkippedLine is the console line that stands for n skipped ones;
 	// events.SkippedText when nil.
 	SkippedLine func(n int) string
@@ -135,6 +139,9 @@ func NewHub(opts Options) *Hub {
 	def(&opts.SlowClient, DefaultSlowClient)
 	def(&opts.WriteTimeout, DefaultWriteTimeout)
 	def(&opts.RecentAge, DefaultRecentAge)
+	if opts.PaceBudget == 0 {
+		opts.PaceBudget = DefaultPaceBudget
+	}
 	if opts.RecentLines <= 0 {
 		opts.RecentLines = DefaultRecentLines
 	}

@@ -51,20 +51,34 @@ var errInputStopped = errors.New("websocket input stopped")
 // buffered or the socket has bytes, an end of file or an error. It returns
 // errInputStopped once stop was called.
 func (in *socketInput) wait() error {
-	in.mu.Lock()
-	if in.stopped {
+	for {
+		in.mu.Lock()
+		if in.stopped {
+			in.mu.Unlock()
+			return errInputStopped
+		}
+		buffered := in.br.Buffered() > 0 || len(in.hc.pending) > 0
 		in.mu.Unlock()
-		return errInputStopped
+		if buffered || in.raw == nil {
+			return nil
+		}
+		// A failure (the connection closed or reset) is left to the library's
+		// Read, which reports it as it always did.
+		_ = in.raw.Read(peekReady)
+		// What came is read here, through the pong filter: the pongs of the
+		// console's pacing are taken in this shallow call, and the reader
+		// goes on waiting when they were all there was.
+		in.mu.Lock()
+		if in.stopped {
+			in.mu.Unlock()
+			return errInputStopped
+		}
+		more := in.hc.takeAvailable(in.raw)
+		in.mu.Unlock()
+		if more {
+			return nil
+		}
 	}
-	buffered := in.br.Buffered() > 0 || len(in.hc.pending) > 0
-	in.mu.Unlock()
-	if buffered || in.raw == nil {
-		return nil
-	}
-	// A failure (the connection closed or reset) is left to the library's
-	// Read, which reports it as it always did.
-	_ = in.raw.Read(peekReady)
-	return nil
 }
 
 // peekReady reports whether a read of fd would not block; false makes the

@@ -84,6 +84,8 @@ type session struct {
 	closeCode   websocket.StatusCode
 	closeReason string
 
+	pace atomic.Pointer[pacer] // the console's pacing, from the first ping (pace.go)
+
 	claims   atomic.Pointer[tokens.WebsocketClaims]
 	outPerms atomic.Pointer[permissions] // what the server's events are filtered with
 
@@ -113,6 +115,9 @@ func newSession(h *Hub, sock *Socket, srv Server, ip string) *session {
 	}
 	s.q = events.NewQueue(h.queueSize, s.wants, s.kick)
 	s.log = sessionLog{s}
+	if sock.in != nil {
+		sock.in.hc.onPong = s.pong
+	}
 	return s
 }
 
@@ -162,6 +167,9 @@ func (s *session) Close(code int, reason string) {
 // the reader.
 func (s *session) end() {
 	s.ended.Store(true)
+	if p := s.pace.Load(); p != nil {
+		p.signal() // a writer waiting for a pong
+	}
 	s.closeOnce.Do(func() { go s.closeConn() })
 }
 
@@ -532,17 +540,26 @@ func (s *session) writeLoop() {
 		// A client that reads slowly is not closed: its queue drops the
 		// oldest lines and TakeRecent skips old ones (issue 38); one that
 		// stops reading is closed by the write deadline.
-		// Each slice waits for the socket; the lines of the rest that grew
-		// old meanwhile are skipped before the next one (issue 38).
+		// Each slice waits for the socket, and for the client's window when
+		// it is paced (pace.go); the lines of the rest that grew old
+		// meanwhile are skipped before the next one (issue 38).
 		for rest := batch; len(rest) > 0; {
+			ok, waited := s.awaitWindow()
+			if !ok {
+				return
+			}
+			if waited {
+				// What was queued meanwhile joins the rest, so that the
+				// newest lines kept are the newest of both: the rest's
+				// old lines are not written ahead of them.
+				rest = append(rest, s.q.TakeRecent(nil, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)...)
+			}
+			rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
 			n := min(len(rest), writeSlice)
 			if !s.write(rest[:n]) {
 				return
 			}
 			rest = rest[n:]
-			if len(rest) > 0 {
-				rest = events.SkipOld(rest, time.Now().Add(-opts.RecentAge), opts.RecentLines, marker)
-			}
 		}
 	}
 }
@@ -552,6 +569,10 @@ func (s *session) writeLoop() {
 // slow client takes for a whole batch.
 const writeSlice = 256
 
+// pingCheck: how many frames the writer writes between two looks at
+// whether the pacing's ping is due.
+const pingCheck = 32
+
 // write sends a batch of frames in one system call; false when the session
 // must end.
 func (s *session) write(batch []events.Frame) bool {
@@ -560,13 +581,22 @@ func (s *session) write(batch []events.Frame) bool {
 	s.out.cork(time.Now().Add(s.hub.opts.WriteTimeout))
 	var err error
 	expired := false
-	for _, f := range batch {
+	for i, f := range batch {
 		if f.Data == nil { // closeMarker
 			expired = true
 			break
 		}
 		if err = s.conn.Write(context.Background(), websocket.MessageText, f.Data); err != nil {
 			break
+		}
+		// The pacing's ping, when one is due, goes behind the frame
+		// (every pingCheck frames, and after the last).
+		if (i+1)%pingCheck == 0 || i == len(batch)-1 {
+			if ping, ok := s.pingDue(); ok {
+				if err = s.out.sendPing(ping); err != nil {
+					break
+				}
+			}
 		}
 	}
 	if ferr := s.out.flush(); err == nil {

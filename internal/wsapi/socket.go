@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 )
 
 // Socket is an accepted websocket whose outbound frames can be coalesced:
@@ -82,6 +84,9 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	limitSendBuffer(conn)
 	pending, _ := brw.Reader.Peek(brw.Reader.Buffered())
 	c := &hijackedConn{Conn: conn, pending: bytes.Clone(pending)}
+	// Every byte from the client passes the pong filter once, these too.
+	n, _ := c.pongs.filter(c.pending, nil)
+	c.pending = c.pending[:n]
 	h.out = &corkWriter{conn: conn}
 	br := bufio.NewReaderSize(c, socketReadBuffer)
 	h.in = newSocketInput(c, br)
@@ -89,10 +94,13 @@ func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // hijackedConn reads what the HTTP server had buffered before the
-// connection itself.
+// connection itself, and takes the pongs of the console's pacing out of
+// the client's bytes (pongFilter) before the websocket library reads them.
 type hijackedConn struct {
 	net.Conn
 	pending []byte
+	pongs   pongFilter
+	onPong  func(payload []byte) // set before the session reads
 }
 
 func (c *hijackedConn) Read(p []byte) (int, error) {
@@ -104,18 +112,69 @@ func (c *hijackedConn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	if c.pongs.bad {
+		return 0, errBadPong
+	}
+	for {
+		n, err := c.Conn.Read(p)
+		if n == 0 {
+			return 0, err
+		}
+		k, ferr := c.pongs.filter(p[:n], c.onPong)
+		if ferr != nil {
+			return k, ferr
+		}
+		// Only pongs: read on, since a read of nothing is no progress.
+		if k > 0 || err != nil {
+			return k, err
+		}
+	}
+}
+
+// takeAvailable reads what the socket has without blocking (fd is the
+// connection's descriptor), through the pong filter, into pending; false
+// when it read nothing that the library must see (only pongs, or no byte
+// after all), so that the reader can go on waiting.
+func (c *hijackedConn) takeAvailable(raw syscall.RawConn) bool {
+	var buf [256]byte
+	var n int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), buf[:], unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return true // the library's Read reports it
+	}
+	switch {
+	case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		return false
+	case rerr != nil || n <= 0:
+		return true // an end of file or an error: the library's Read finds it too
+	}
+	k, err := c.pongs.filter(buf[:n], c.onPong)
+	if k > 0 {
+		c.pending = append(c.pending, buf[:k]...)
+	}
+	return k > 0 || err != nil
 }
 
 // corkWriter passes writes through to the connection, except between cork
 // and flush, when it gathers them for one write. Its buffer is released by
 // release, so an idle socket holds none.
+//
+// It also follows the boundaries of the frames written through it, so that
+// ping can put the console pacing's ping between two of the library's
+// frames, and counts the bytes written (written).
 type corkWriter struct {
 	conn net.Conn
 
-	mu     sync.Mutex
-	corked bool
-	buf    []byte
+	mu      sync.Mutex
+	corked  bool
+	buf     []byte
+	cur     frameCursor
+	sent    uint64
+	ping    [2 + pingIDLen]byte // a ping waiting for the end of a frame of another writer
+	pingSet bool
 }
 
 // corkFlushAt: a batch this large is written without waiting for flush.
@@ -124,16 +183,55 @@ const corkFlushAt = 256 << 10
 func (c *corkWriter) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.cur.advance(p)
+	c.sent += uint64(len(p))
 	if !c.corked {
-		return c.conn.Write(p)
+		n, err := c.conn.Write(p)
+		if err == nil && c.pingSet && c.cur.atBoundary() {
+			c.pingSet = false
+			_, err = c.conn.Write(c.ping[:])
+		}
+		return n, err
 	}
 	c.buf = append(c.buf, p...)
+	if c.pingSet && c.cur.atBoundary() {
+		c.pingSet = false
+		c.buf = append(c.buf, c.ping[:]...)
+	}
 	if len(c.buf) >= corkFlushAt {
 		if err := c.writeLocked(); err != nil {
 			return 0, err
 		}
 	}
 	return len(p), nil
+}
+
+// sendPing writes the ping frame f between two frames: now when no frame
+// is being written (into the cork's buffer when corked), else as soon as
+// the frame being written ends. Only the session's writer calls it, while
+// corked; the library's other writes (the pongs it answers, a close frame)
+// can be in the middle of a frame.
+func (c *corkWriter) sendPing(f [2 + pingIDLen]byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.cur.atBoundary() {
+		c.ping, c.pingSet = f, true
+		return nil
+	}
+	if c.corked {
+		c.buf = append(c.buf, f[:]...)
+		return nil
+	}
+	_, err := c.conn.Write(f[:])
+	return err
+}
+
+// written reports how many bytes of frames were written through c, and
+// whether a ping waits for the end of a frame.
+func (c *corkWriter) written() (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent, c.pingSet
 }
 
 // cork starts gathering writes; every write to the connection until flush
