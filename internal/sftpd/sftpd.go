@@ -82,6 +82,7 @@ type Server struct {
 	perServer *serverConns
 	sessions  atomic.Int64 // authenticated connections open now
 	readBufs  *readBufPool // the sessions' read buffers (readbuf.go)
+	pacer     *gcPacer     // the collector's pace while uploads write (gcpace.go)
 	// defaults stand in for limits a caller's configuration left at zero.
 	defaults config.SFTP
 }
@@ -97,7 +98,7 @@ func New(opts Options) *Server {
 	return &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
 		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
-		readBufs: newReadBufPool(),
+		readBufs: newReadBufPool(), pacer: newGCPacer(),
 		defaults: config.Defaults().System.SFTP,
 	}
 }
@@ -129,6 +130,7 @@ func (s *Server) config() config.SFTP {
 // opened (port taken, host key unreadable) is logged as an error and
 // retried: SFTP failing never stops the daemon.
 func (s *Server) Run(ctx context.Context) {
+	defer s.pacer.stop()
 	delay := time.Second
 	for ctx.Err() == nil {
 		ln, signer, err := s.open()
@@ -316,7 +318,7 @@ func (s *Server) serveSFTP(sess *session, ch ssh.Channel) {
 			s.log.Error("SFTP session panicked; closed", "server", sess.srv.UUID(), "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	h := &handlers{sess: sess, browse: s.opts.Browse}
+	h := &handlers{sess: sess, browse: s.opts.Browse, pacer: s.pacer}
 	rs := sftp.NewRequestServer(newBufferedChannel(ch, s.readBufs), sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 	if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
 		s.log.Debug("SFTP session ended", "server", sess.srv.UUID(), "error", err)
