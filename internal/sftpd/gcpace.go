@@ -21,12 +21,13 @@ import (
 // daemon's CPU in an upload.
 //
 // While an upload writes, the pacer raises the collector's percentage so
-// that the heap may grow by about uploadHeadroom above what is live, and
+// that the heap may grow by about the headroom (system.sftp.
+// upload_gc_headroom, MiB; 0 turns the pacer off) above what is live, and
 // no further: GOGC = 100 × headroom / live, between 100 and maxUploadGOGC,
 // computed again from the live heap every retuneEvery writes (so a heap
 // that grows for other reasons during a long upload brings it back down
-// towards 100). The memory this costs is thus bounded (about
-// uploadHeadroom, the same for one upload or many), and it is given back:
+// towards 100). The memory this costs is thus bounded (about the
+// headroom, the same for one upload or many), and it is given back:
 // once no upload has written for uploadIdle, the percentage the process
 // had before is restored, and with it the heap's usual size. An idle
 // session or an open handle that is not written to costs nothing.
@@ -38,9 +39,6 @@ import (
 // value stays).
 
 const (
-	// uploadHeadroom is how far above the live heap the collector lets
-	// the heap grow while uploads run.
-	uploadHeadroom = 32 << 20
 	// maxUploadGOGC caps the percentage (a nearly empty heap).
 	maxUploadGOGC = 1000
 	// retuneEvery is the number of writes between two computations of
@@ -52,7 +50,10 @@ const (
 
 // gcPacer raises the collector's percentage while uploads write.
 type gcPacer struct {
-	headroom uint64
+	// headroom is how far above the live heap the collector lets the
+	// heap grow while uploads run (system.sftp.upload_gc_headroom); 0:
+	// the percentage is never touched.
+	headroom func() uint64
 	idle     time.Duration
 	// setPercent and liveHeap are runtime/debug's SetGCPercent and the
 	// live heap of runtime/metrics (tests replace them).
@@ -61,7 +62,7 @@ type gcPacer struct {
 
 	writes    atomic.Uint64
 	lastWrite atomic.Int64 // UnixNano of the latest write
-	boosted   atomic.Bool  // the hot path's view of set != 0
+	active    atomic.Bool  // uploads are writing: tuned, the idle check armed
 
 	mu      sync.Mutex
 	set     int // the percentage this pacer set; 0 when none
@@ -70,9 +71,9 @@ type gcPacer struct {
 	stopped bool
 }
 
-func newGCPacer() *gcPacer {
+func newGCPacer(headroom func() uint64) *gcPacer {
 	return &gcPacer{
-		headroom: uploadHeadroom, idle: uploadIdle,
+		headroom: headroom, idle: uploadIdle,
 		setPercent: debug.SetGCPercent, liveHeap: liveHeapBytes,
 	}
 }
@@ -87,23 +88,27 @@ func liveHeapBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// target is the percentage that lets the heap grow by headroom above live.
-func (p *gcPacer) target(live uint64) int {
-	if live == 0 {
+// target is the percentage that lets the heap grow by headroom above live
+// (between 100 and maxUploadGOGC); 0 when the headroom is 0.
+func (p *gcPacer) target(headroom, live uint64) int {
+	switch {
+	case headroom == 0:
+		return 0
+	case live == 0:
 		return maxUploadGOGC
 	}
-	return int(min(maxUploadGOGC, max(100, 100*p.headroom/live)))
+	return int(min(maxUploadGOGC, max(100, 100*headroom/live)))
 }
 
-// wrote notes one upload write: it starts the boost, or computes it again
-// every retuneEvery writes.
+// wrote notes one upload write: the first after a pause tunes the
+// percentage, and then every retuneEvery-th.
 func (p *gcPacer) wrote() {
 	if p == nil {
 		return
 	}
 	p.lastWrite.Store(time.Now().UnixNano())
 	n := p.writes.Add(1)
-	if p.boosted.Load() && n%retuneEvery != 0 {
+	if p.active.Load() && n%retuneEvery != 0 {
 		return
 	}
 	p.mu.Lock()
@@ -116,27 +121,34 @@ func (p *gcPacer) tune() {
 	if p.stopped {
 		return
 	}
-	want := p.target(p.liveHeap())
+	if !p.active.Load() {
+		p.active.Store(true)
+		p.armLocked()
+	}
+	want := p.target(p.headroom(), p.liveHeap())
 	if p.set == 0 {
+		if want == 0 {
+			return
+		}
 		cur := p.setPercent(want)
 		if cur < 0 || cur >= want {
 			p.setPercent(cur) // off, or already as high: not ours to change
 			return
 		}
 		p.prev, p.set = cur, want
-		p.boosted.Store(true)
-		p.armLocked()
 		return
 	}
-	if want == p.set {
-		return
+	switch {
+	case want <= p.prev:
+		p.restoreLocked() // the heap has grown: no boost needed
+	case want != p.set:
+		if cur := p.setPercent(want); cur != p.set {
+			p.setPercent(cur) // changed by someone else: theirs stays
+			p.set, p.prev = 0, 0
+			return
+		}
+		p.set = want
 	}
-	if cur := p.setPercent(max(want, p.prev)); cur != p.set {
-		p.setPercent(cur) // changed by someone else: theirs stays
-		p.releaseLocked()
-		return
-	}
-	p.set = max(want, p.prev)
 }
 
 // armLocked starts the idle check. p.mu is held.
@@ -152,7 +164,7 @@ func (p *gcPacer) armLocked() {
 func (p *gcPacer) check() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.set == 0 {
+	if !p.active.Load() || p.stopped {
 		return
 	}
 	since := time.Since(time.Unix(0, p.lastWrite.Load()))
@@ -160,7 +172,10 @@ func (p *gcPacer) check() {
 		p.timer.Reset(p.idle - since)
 		return
 	}
-	p.restoreLocked()
+	if p.set != 0 {
+		p.restoreLocked()
+	}
+	p.active.Store(false)
 }
 
 // restoreLocked gives the process its percentage back, unless something
@@ -169,12 +184,7 @@ func (p *gcPacer) restoreLocked() {
 	if cur := p.setPercent(p.prev); cur != p.set {
 		p.setPercent(cur)
 	}
-	p.releaseLocked()
-}
-
-func (p *gcPacer) releaseLocked() {
 	p.set, p.prev = 0, 0
-	p.boosted.Store(false)
 }
 
 // stop ends the boost for good (the server is closing).

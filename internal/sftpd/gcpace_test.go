@@ -45,13 +45,13 @@ func (g *fakeGC) setLive(v uint64) {
 }
 
 func testPacer(g *fakeGC, idle time.Duration) *gcPacer {
-	p := newGCPacer()
+	p := newGCPacer(func() uint64 { return 32 << 20 })
 	p.idle, p.setPercent, p.liveHeap = idle, g.setPercent, g.liveHeap
 	return p
 }
 
 func TestGCPacerTarget(t *testing.T) {
-	p := newGCPacer()
+	p := newGCPacer(nil)
 	for _, c := range []struct {
 		live uint64
 		want int
@@ -63,9 +63,26 @@ func TestGCPacerTarget(t *testing.T) {
 		{32 << 20, 100},
 		{1 << 30, 100}, // a large heap: the default pace already leaves room
 	} {
-		if got := p.target(c.live); got != c.want {
+		if got := p.target(32<<20, c.live); got != c.want {
 			t.Errorf("target(%d MiB) = %d, want %d", c.live>>20, got, c.want)
 		}
+	}
+	if got := p.target(0, 4<<20); got != 0 {
+		t.Errorf("target with no headroom = %d, want 0", got)
+	}
+}
+
+// With no headroom configured the percentage is never touched.
+func TestGCPacerOff(t *testing.T) {
+	g := &fakeGC{percent: 100, live: 4 << 20}
+	p := testPacer(g, time.Millisecond)
+	p.headroom = func() uint64 { return 0 }
+	for range 3 * retuneEvery {
+		p.wrote()
+	}
+	p.stop()
+	if g.sets != 0 {
+		t.Fatalf("the percentage was set %d times", g.sets)
 	}
 }
 
@@ -86,6 +103,21 @@ func TestGCPacerBoostsWhileWritingThenRestores(t *testing.T) {
 	}
 	if got := g.get(); got != 200 {
 		t.Fatalf("percentage after the heap grew = %d, want 200", got)
+	}
+	// Grown past the headroom: the default pace leaves room enough.
+	g.setLive(64 << 20)
+	for range retuneEvery {
+		p.wrote()
+	}
+	if got := g.get(); got != 100 {
+		t.Fatalf("percentage after the heap grew past the headroom = %d, want 100", got)
+	}
+	g.setLive(4 << 20)
+	for range retuneEvery {
+		p.wrote()
+	}
+	if got := g.get(); got != 800 {
+		t.Fatalf("percentage after the heap shrank = %d, want 800", got)
 	}
 	wait.For(t, 10*time.Second, func() bool { return g.get() == 100 }, "the percentage back to 100 after the uploads stopped (now %d)", g.get())
 	// A new upload raises it again.
@@ -157,7 +189,7 @@ func TestGCPacerStop(t *testing.T) {
 func TestGCPacerRuntime(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
-	p := newGCPacer()
+	p := newGCPacer(func() uint64 { return 32 << 20 })
 	p.wrote()
 	raised := debug.SetGCPercent(-1)
 	debug.SetGCPercent(raised)

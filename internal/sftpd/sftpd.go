@@ -95,12 +95,20 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{
+	s := &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
 		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
-		readBufs: newReadBufPool(), pacer: newGCPacer(),
+		readBufs: newReadBufPool(),
 		defaults: config.Defaults().System.SFTP,
 	}
+	s.pacer = newGCPacer(s.uploadHeadroom)
+	return s
+}
+
+// uploadHeadroom is system.sftp.upload_gc_headroom in bytes (read at each
+// tuning of the collector's pace: a change applies to the next uploads).
+func (s *Server) uploadHeadroom() uint64 {
+	return uint64(max(0, s.opts.Config().UploadGCHeadroom)) << 20
 }
 
 // Sessions is the number of SFTP sessions (authenticated connections)
