@@ -176,6 +176,11 @@ type SFTP struct {
 	// LoginGraceTime is the seconds a connection has, from accept, to
 	// authenticate (OpenSSH's LoginGraceTime).
 	LoginGraceTime int `yaml:"login_grace_time" json:"login_grace_time"`
+	// UploadGCHeadroom is how far (MiB) above its live heap the daemon's
+	// heap may grow while SFTP uploads write, so that the collector runs
+	// less often for their garbage (issue 38 §1b; sftpd/gcpace.go); 0
+	// leaves the collector's percentage alone.
+	UploadGCHeadroom int `yaml:"upload_gc_headroom" json:"upload_gc_headroom"`
 }
 
 // CrashDetection configures automatic restarts after a crash.

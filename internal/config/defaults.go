@@ -35,6 +35,7 @@ func Defaults() *Config {
 			SFTP: SFTP{
 				BindAddress: "0.0.0.0", BindPort: 2022,
 				MaxHandles: 256, MaxSessions: 10, MaxConnectionsPerServer: 32, MaxStartups: 64, MaxStartupsPerSource: 10, LoginGraceTime: 30,
+				UploadGCHeadroom: 32,
 			},
 			CrashDetection:     CrashDetection{Enabled: true, DetectCleanExitAsCrash: true, Timeout: 60},
 			CrashActivityLines: 2,

@@ -394,7 +394,13 @@ func validateSFTPLimits(s SFTP, bad badFunc) {
 			bad(l.key, "must be at least 1")
 		}
 	}
+	if s.UploadGCHeadroom < 0 || s.UploadGCHeadroom > maxUploadGCHeadroom {
+		bad("system.sftp.upload_gc_headroom", fmt.Sprintf("must be between 0 and %d (MiB)", maxUploadGCHeadroom))
+	}
 }
+
+// maxUploadGCHeadroom bounds system.sftp.upload_gc_headroom (MiB).
+const maxUploadGCHeadroom = 1024
 
 // validateDiskChecks checks the settings of the running servers' disk
 // limit monitor (issue 32).

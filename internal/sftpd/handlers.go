@@ -117,6 +117,7 @@ func (s *session) record(event string, files ...any) {
 type handlers struct {
 	sess   *session
 	browse *backupview.View // the backups folder; nil: none
+	pacer  *gcPacer         // told of every upload write; nil: none
 }
 
 // files is the read-only view of the server's files: a change writes
@@ -224,7 +225,7 @@ func (h *handlers) openWrite(r *sftp.Request, read bool) (*writer, error) {
 	h.sess.record(event, r.Filepath)
 	// Clients open uploads read-write (pkg/sftp's Create does): the handle
 	// is given, but reading it needs file.read-content.
-	return &writer{f: f, srv: h.sess.srv, canRead: read && h.sess.can(permReadContent), release: release}, nil
+	return &writer{f: f, srv: h.sess.srv, canRead: read && h.sess.can(permReadContent), release: release, pacer: h.pacer}, nil
 }
 
 // openStatus is toStatus for opens, which may meet a FIFO, socket or
@@ -264,7 +265,8 @@ type writer struct {
 	f       *sandbox.File
 	srv     *server.Server
 	canRead bool
-	release func() // the session's handle
+	release func()   // the session's handle
+	pacer   *gcPacer // the collector's pace while uploads write
 }
 
 func (w *writer) WriteAt(p []byte, off int64) (int, error) {
@@ -282,6 +284,7 @@ func (w *writer) WriteAt(p []byte, off int64) (int, error) {
 		return 0, toStatus(context.Cause(job.Context()))
 	}
 	n, err := w.f.WriteAt(p, off)
+	w.pacer.wrote()
 	return n, toStatus(err)
 }
 

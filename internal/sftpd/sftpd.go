@@ -82,6 +82,7 @@ type Server struct {
 	perServer *serverConns
 	sessions  atomic.Int64 // authenticated connections open now
 	readBufs  *readBufPool // the sessions' read buffers (readbuf.go)
+	pacer     *gcPacer     // the collector's pace while uploads write (gcpace.go)
 	// defaults stand in for limits a caller's configuration left at zero.
 	defaults config.SFTP
 }
@@ -94,12 +95,20 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{
+	s := &Server{
 		opts: opts, log: opts.Log.With("component", "sftp"),
 		limiter: newLoginLimiter(opts.Now), startups: newStartupGate(), perServer: newServerConns(),
 		readBufs: newReadBufPool(),
 		defaults: config.Defaults().System.SFTP,
 	}
+	s.pacer = newGCPacer(s.uploadHeadroom)
+	return s
+}
+
+// uploadHeadroom is system.sftp.upload_gc_headroom in bytes (read at each
+// tuning of the collector's pace: a change applies to the next uploads).
+func (s *Server) uploadHeadroom() uint64 {
+	return uint64(max(0, s.opts.Config().UploadGCHeadroom)) << 20
 }
 
 // Sessions is the number of SFTP sessions (authenticated connections)
@@ -129,6 +138,7 @@ func (s *Server) config() config.SFTP {
 // opened (port taken, host key unreadable) is logged as an error and
 // retried: SFTP failing never stops the daemon.
 func (s *Server) Run(ctx context.Context) {
+	defer s.pacer.stop()
 	delay := time.Second
 	for ctx.Err() == nil {
 		ln, signer, err := s.open()
@@ -316,7 +326,7 @@ func (s *Server) serveSFTP(sess *session, ch ssh.Channel) {
 			s.log.Error("SFTP session panicked; closed", "server", sess.srv.UUID(), "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	h := &handlers{sess: sess, browse: s.opts.Browse}
+	h := &handlers{sess: sess, browse: s.opts.Browse, pacer: s.pacer}
 	rs := sftp.NewRequestServer(newBufferedChannel(ch, s.readBufs), sftp.Handlers{FileGet: h, FilePut: h, FileCmd: h, FileList: h})
 	if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
 		s.log.Debug("SFTP session ended", "server", sess.srv.UUID(), "error", err)
