@@ -142,6 +142,13 @@ func (s *Service) DeleteTransferSnapshot(server, name string) error {
 	return err
 }
 
+// transferReadAhead is the read-ahead of a transfer's restore from the
+// bucket: ranged reads of up to 8 MiB (chunkstore's largest), about four
+// in flight (each charged its read and its decoded chunks), instead of a
+// download's 4 MiB in all. It bounds the memory the restore holds
+// (docs/benchmarks.md, issue 36 "the time figures").
+const transferReadAhead = 64 << 20
+
 // ExtractTransferSnapshot extracts the snapshot name of server from the
 // shared repository repoID into dst and returns its checksum: refused
 // (ErrNotShared) when this node's repository is not that one. Every chunk
@@ -169,7 +176,7 @@ func (s *Service) ExtractTransferSnapshot(ctx context.Context, repoID, server, n
 	if !m.Bare {
 		return "", errors.New("the transfer snapshot is not a bare stream")
 	}
-	rd := st.Reader(m)
+	rd := st.ReaderAhead(m, transferReadAhead)
 	defer rd.Close()
 	opts.Plain, opts.NoManifest = true, true
 	if _, err := archive.Extract(ctx, rd, dst, opts); err != nil {
