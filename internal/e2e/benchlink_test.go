@@ -65,19 +65,23 @@ func benchLinkProxy(tb testing.TB, target string, mbit int) (string, *atomic.Int
 }
 
 // pacer is one line: the bytes of every body through it share the rate,
-// one after the other, and a line left idle gains no credit.
+// one after the other. A line left idle gains no more than linkBurst of
+// credit, which also absorbs the late wake-ups of a busy machine (a sleep
+// that overshoots would otherwise slow the line below its rate).
 type pacer struct {
 	rate float64 // bytes per second
 	mu   sync.Mutex
 	free time.Time // when the line has sent everything given so far
 }
 
+// linkBurst is the most credit an idle line keeps.
+const linkBurst = 50 * time.Millisecond
+
 // wait holds the caller until k more bytes have gone down the line.
 func (p *pacer) wait(k int) {
 	p.mu.Lock()
-	now := time.Now()
-	if p.free.Before(now) {
-		p.free = now
+	if early := time.Now().Add(-linkBurst); p.free.Before(early) {
+		p.free = early
 	}
 	p.free = p.free.Add(time.Duration(float64(k) / p.rate * float64(time.Second)))
 	due := p.free
@@ -93,8 +97,8 @@ type pacedBody struct {
 }
 
 func (b pacedBody) Read(buf []byte) (int, error) {
-	if len(buf) > 32<<10 {
-		buf = buf[:32<<10]
+	if len(buf) > 256<<10 {
+		buf = buf[:256<<10]
 	}
 	k, err := b.ReadCloser.Read(buf)
 	b.p.wait(k)
