@@ -96,6 +96,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	running map[string]bool // backup UUIDs being made
+	// transfers are the holds of the transfer snapshots this node's
+	// running transfers use, by "<server>/<name>" (repository_transfer.go).
+	transfers map[string]*chunkstore.TransferHold
 
 	repoMu sync.Mutex
 	repo   *chunkstore.Store // system.backups.format: repository (repository.go)
@@ -115,7 +118,8 @@ func New(ctx context.Context, cfg *config.Store, p *panel.Client, log *slog.Logg
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	return &Service{cfg: cfg, panel: p, log: log, ctx: ctx, cancel: cancel, running: map[string]bool{}}
+	return &Service{cfg: cfg, panel: p, log: log, ctx: ctx, cancel: cancel, running: map[string]bool{},
+		transfers: map[string]*chunkstore.TransferHold{}}
 }
 
 // WithMetrics counts the service's backups and restores in m (the

@@ -60,6 +60,15 @@ func (s *Service) writeTransferSnapshot(ctx context.Context, server string, file
 	if err != nil {
 		return "", err
 	}
+	// Held from before its manifest exists until DeleteTransferSnapshot:
+	// no collection of any node takes it while this transfer runs.
+	h, err := st.HoldTransfer(ctx, server, name)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.transfers[server+"/"+name] = h
+	s.mu.Unlock()
 	m, err := st.WriteBackup(ctx, server, name, func(w *chunkstore.Writer) error {
 		w.SetBare()
 		var hook archive.FileHook = w.FileHook(ctx, nil)
@@ -78,14 +87,47 @@ func (s *Service) writeTransferSnapshot(ctx context.Context, server string, file
 		return nil
 	})
 	if err != nil {
+		s.releaseTransfer(server, name)
 		return "", err
 	}
 	return m.SHA1, nil
 }
 
+// TransferSnapshotValid is nil while the snapshot name of server, written
+// by WriteTransferSnapshot, is surely still in the repository: this node's
+// lease on the shared repository has been live for every other node
+// without a break since (chunkstore.TransferHold.Valid). A transfer checks
+// it before it names the snapshot to its target.
+func (s *Service) TransferSnapshotValid(server, name string) error {
+	s.mu.Lock()
+	h := s.transfers[server+"/"+name]
+	s.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("the transfer snapshot %s is not held by this node", name)
+	}
+	if err := h.Valid(); err != nil {
+		return fmt.Errorf("the transfer snapshot may have been collected by another node: %w", err)
+	}
+	return nil
+}
+
+// releaseTransfer ends the hold of a transfer snapshot (if any).
+func (s *Service) releaseTransfer(server, name string) {
+	s.mu.Lock()
+	h := s.transfers[server+"/"+name]
+	delete(s.transfers, server+"/"+name)
+	s.mu.Unlock()
+	if h != nil {
+		h.Release()
+	}
+}
+
 // DeleteTransferSnapshot removes a transfer snapshot (its blobs stay as
-// long as another backup names them) and schedules a collection.
+// long as another backup names them), ends this node's hold of it, and
+// schedules a collection. A snapshot whose deletion fails here is
+// collected later: no transfer holds it any more.
 func (s *Service) DeleteTransferSnapshot(server, name string) error {
+	defer s.releaseTransfer(server, name)
 	cfg := s.cfg.Get()
 	st, err := s.repository(cfg)
 	if err != nil {
@@ -95,9 +137,17 @@ func (s *Service) DeleteTransferSnapshot(server, name string) error {
 	if errors.Is(err, chunkstore.ErrNotFound) {
 		err = nil
 	}
+	s.releaseTransfer(server, name)
 	s.scheduleGC(st)
 	return err
 }
+
+// transferReadAhead is the read-ahead of a transfer's restore from the
+// bucket: ranged reads of up to 8 MiB (chunkstore's largest), about four
+// in flight (each charged its read and its decoded chunks), instead of a
+// download's 4 MiB in all. It bounds the memory the restore holds
+// (docs/benchmarks.md, issue 36 "the time figures").
+const transferReadAhead = 64 << 20
 
 // ExtractTransferSnapshot extracts the snapshot name of server from the
 // shared repository repoID into dst and returns its checksum: refused
@@ -111,6 +161,14 @@ func (s *Service) ExtractTransferSnapshot(ctx context.Context, repoID, server, n
 	if err != nil {
 		return "", err
 	}
+	// The target's hold: its own collections keep the snapshot while it
+	// reads it, and its lease defers other nodes' (also when the source
+	// died meanwhile).
+	h, err := st.HoldTransfer(ctx, server, name)
+	if err != nil {
+		return "", fmt.Errorf("the transfer snapshot: %w", err)
+	}
+	defer h.Release()
 	m, err := st.Manifest(server, name)
 	if err != nil {
 		return "", fmt.Errorf("the transfer snapshot: %w", err)
@@ -118,7 +176,7 @@ func (s *Service) ExtractTransferSnapshot(ctx context.Context, repoID, server, n
 	if !m.Bare {
 		return "", errors.New("the transfer snapshot is not a bare stream")
 	}
-	rd := st.Reader(m)
+	rd := st.ReaderAhead(m, transferReadAhead)
 	defer rd.Close()
 	opts.Plain, opts.NoManifest = true, true
 	if _, err := archive.Extract(ctx, rd, dst, opts); err != nil {

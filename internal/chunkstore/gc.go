@@ -52,6 +52,12 @@ func (s *Store) GC() (int, error) {
 	if lease != nil {
 		defer lease.drop()
 	}
+	defer s.uncondemn()
+	// Transfer snapshots of transfers that are over go first (manifest
+	// before packs, as for a deleted backup): their chunks are then unused.
+	if _, err := s.dropStaleTransfers(ctx, lease); err != nil {
+		return 0, err
+	}
 	used, err := s.usedBlobs()
 	if err != nil {
 		return 0, err

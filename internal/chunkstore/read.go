@@ -371,6 +371,14 @@ func (s *Store) Reader(m Manifest) io.ReadCloser {
 	return s.readerWithin(m, newReadBudget(readAhead))
 }
 
+// ReaderAhead is Reader with ahead bytes of read-ahead instead of
+// readAhead (at least that): for a consumer that never stalls, such as a
+// transfer's restore from a bucket, larger ranged reads with more of them
+// in flight. The memory held stays bounded by ahead.
+func (s *Store) ReaderAhead(m Manifest, ahead int64) io.ReadCloser {
+	return s.readerWithin(m, newReadBudget(max(ahead, readAhead)))
+}
+
 func (s *Store) readerWithin(m Manifest, bud *readBudget) *reader {
 	r := &reader{data: make(chan []byte, 16), stop: make(chan struct{}), bud: bud}
 	// A shared repository: the node's lease while the stream is read.

@@ -16,12 +16,14 @@ import (
 // countingBackend counts the bytes its Gets return.
 type countingBackend struct {
 	Backend
-	got atomic.Int64
+	got  atomic.Int64
+	gets atomic.Int64
 }
 
 func (b *countingBackend) Get(ctx context.Context, name string, off, length int64) ([]byte, error) {
 	data, err := b.Backend.Get(ctx, name, off, length)
 	b.got.Add(int64(len(data)))
+	b.gets.Add(1)
 	return data, err
 }
 
@@ -162,4 +164,29 @@ func TestReaderBudgetSmallerThanAChunk(t *testing.T) {
 	if bud.peak > 2*maxChunk+(1<<10) {
 		t.Fatalf("peak %d bytes held with a 16 KiB budget: more than one chunk's read and bytes", bud.peak)
 	}
+}
+
+// ReaderAhead (a transfer's restore from the bucket) reads the backup
+// exactly with larger ranged reads than Reader: fewer Gets for the same
+// bytes.
+func TestReaderAheadReadsLarger(t *testing.T) {
+	s, cb, m, data := budgetStore(t)
+	count := func(r io.ReadCloser) int64 {
+		t.Helper()
+		defer r.Close()
+		cb.gets.Store(0)
+		got, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatal("the stream differs from the backup")
+		}
+		return cb.gets.Load()
+	}
+	small, large := count(s.Reader(m)), count(s.ReaderAhead(m, 64<<20))
+	if large >= small {
+		t.Fatalf("ReaderAhead made %d Gets, Reader %d: no larger reads", large, small)
+	}
+	t.Logf("Gets for a %d-byte backup: Reader %d, ReaderAhead(64 MiB) %d", len(data), small, large)
 }

@@ -318,8 +318,12 @@ type leaseHolder struct {
 	name  string
 	count int
 	until time.Time // the lease is surely live by every clock until then
-	stop  chan struct{}
-	done  chan struct{}
+	// gen changes when the lease is taken, and when a renewal succeeds
+	// after a moment the lease was not surely live (until had passed):
+	// another node may have collected meanwhile (TransferHold.Valid).
+	gen  uint64
+	stop chan struct{}
+	done chan struct{}
 	// mu is taken for the whole acquisition (its Puts and waits), so
 	// s.mu is never held over a request.
 	mu leaseMutex
@@ -410,6 +414,7 @@ func (l *leaseHolder) take(ctx context.Context, sh *sharedState) error {
 	}
 	s.mu.Lock()
 	l.until = now.Add(sh.ttl - sh.skew)
+	l.gen++
 	s.mu.Unlock()
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	go l.renew(sh, l.stop, l.done)
@@ -433,6 +438,9 @@ func (l *leaseHolder) renew(sh *sharedState, stop, done chan struct{}) {
 		cancel()
 		if err == nil {
 			l.s.mu.Lock()
+			if now.After(l.until) {
+				l.gen++
+			}
 			l.until = now.Add(sh.ttl - sh.skew)
 			l.s.mu.Unlock()
 		}

@@ -95,6 +95,9 @@ type Store struct {
 
 	shared *sharedState // a repository shared with other nodes (shared.go); guarded by mu
 
+	held      map[string]int      // transfer snapshots running transfers hold (transfersnap.go), "<server>/<name>"
+	condemned map[string]struct{} // transfer snapshots the running GC is deleting
+
 	afterMark func()         // tests: runs between GC's reading of the manifests and its decision
 	bg        sync.WaitGroup // the store's own goroutines (unpinLater), joined by Close
 }
@@ -172,6 +175,7 @@ func newStore(b Backend) *Store {
 		b: b, idx: map[blobID]blobLoc{}, packs: map[string][]packEntry{}, indexes: map[string]struct{}{},
 		inflight: map[string]struct{}{}, rescued: map[string]struct{}{}, pins: map[blobID]int{},
 		listPins: map[int][]blobID{}, policy: DefaultPolicy(),
+		held: map[string]int{}, condemned: map[string]struct{}{},
 	}
 	s.unpinned = sync.NewCond(&s.mu)
 	return s

@@ -77,75 +77,77 @@ func BenchmarkLiveTransferByManifest(b *testing.B) {
 	s3URL, putBytes := putCounter(b, store.URL)
 	offlineRx := regexp.MustCompile(`offline_ms=(\d+)`)
 	for i := 0; i < b.N; i++ {
-		for _, same := range []bool{true, false} {
-			id := fmt.Sprintf("7a0001%02d-0000-4000-8000-0000000001%02d", 40+i, 40+i)
-			if !same {
-				id = fmt.Sprintf("7a0001%02d-0000-4000-8000-0000000001%02d", 60+i, 60+i)
+		for j, mbit := range benchLinks() {
+			for _, same := range []bool{true, false} {
+				id := fmt.Sprintf("7a0001%02d-0000-4000-8%03d-0000000001%02d", 40+i, j, 40+i)
+				if !same {
+					id = fmt.Sprintf("7a0001%02d-0000-4000-8%03d-0000000001%02d", 60+i, j, 60+i)
+				}
+				b.Cleanup(func() {
+					_, _ = testimages.Client(b).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+				})
+				p, src, tgt := benchLiveSharedCluster(b, id, store, s3URL, same)
+				dir := filepath.Join(src.Config.System.Data, id)
+				incompressible(b, dir, treeMB<<20)
+				backupID := newBackupID()
+				res, body := src.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
+				if res.StatusCode != 202 {
+					b.Fatalf("backup: %d %s", res.StatusCode, body)
+				}
+				if call, ok := p.WaitForCall("POST", "/backups/"+backupID, 10*time.Minute); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+					b.Fatalf("the backup failed\n%s", src.log)
+				}
+				change := make([]byte, treeMB<<20/50)
+				_, _ = rand.Read(change)
+				if err := os.WriteFile(filepath.Join(dir, "day.bin"), change, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				src.power(id, "start")
+				// Its first start sets the permissions of the 1 GiB first: a
+				// while on a busy machine.
+				wait.For(b, 10*time.Minute, func() bool { return src.details(id)["state"] == "running" }, "the server to run")
+				proxy, sent := benchLinkProxy(b, tgt.URL, mbit)
+				jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				put0 := putBytes.Load()
+				start := time.Now()
+				res, body = src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
+				if res.StatusCode != 202 {
+					b.Fatalf("transfer: %d %s", res.StatusCode, body)
+				}
+				if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 10*time.Minute); !ok {
+					b.Fatalf("no success reported\nSOURCE:\n%s\nTARGET:\n%s", src.log, tgt.log)
+				}
+				secs := time.Since(start).Seconds()
+				wait.For(b, time.Minute, func() bool { return strings.Contains(src.log.String(), "status=completed") }, "the source to complete")
+				m := offlineRx.FindStringSubmatch(src.log.String())
+				if m == nil {
+					b.Fatalf("no offline time in the source's log\n%s", src.log)
+				}
+				want, err := tree.Snapshot(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, err := tree.Snapshot(filepath.Join(tgt.Config.System.Data, id))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					b.Fatalf("tree differs (-source +target):\n%s", diff)
+				}
+				mode := "shared repository (live by manifest)"
+				if !same {
+					mode = "different repositories (live, version 4)"
+				}
+				if same != strings.Contains(src.log.String(), "live transfer by manifest") {
+					b.Fatalf("%s: the source's log does not say so\n%s", mode, src.log)
+				}
+				server := float64(treeMB<<20) * 1.02
+				b.Logf("%s, %s: node-to-node %d bytes (%.3f %% of the server), written to the bucket %.1f MiB, wall %.1f s, offline %s ms",
+					linkName(mbit), mode, sent.Load(), 100*float64(sent.Load())/server, float64(putBytes.Load()-put0)/(1<<20), secs, m[1])
 			}
-			b.Cleanup(func() {
-				_, _ = testimages.Client(b).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
-			})
-			p, src, tgt := benchLiveSharedCluster(b, id, store, s3URL, same)
-			dir := filepath.Join(src.Config.System.Data, id)
-			incompressible(b, dir, treeMB<<20)
-			backupID := newBackupID()
-			res, body := src.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-			if res.StatusCode != 202 {
-				b.Fatalf("backup: %d %s", res.StatusCode, body)
-			}
-			if call, ok := p.WaitForCall("POST", "/backups/"+backupID, 10*time.Minute); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-				b.Fatalf("the backup failed\n%s", src.log)
-			}
-			change := make([]byte, treeMB<<20/50)
-			_, _ = rand.Read(change)
-			if err := os.WriteFile(filepath.Join(dir, "day.bin"), change, 0o644); err != nil {
-				b.Fatal(err)
-			}
-			src.power(id, "start")
-			// Its first start sets the permissions of the 1 GiB first: a
-			// while on a busy machine.
-			wait.For(b, 10*time.Minute, func() bool { return src.details(id)["state"] == "running" }, "the server to run")
-			proxy, sent := countingProxy(b, tgt.URL)
-			jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			put0 := putBytes.Load()
-			start := time.Now()
-			res, body = src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
-			if res.StatusCode != 202 {
-				b.Fatalf("transfer: %d %s", res.StatusCode, body)
-			}
-			if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 10*time.Minute); !ok {
-				b.Fatalf("no success reported\nSOURCE:\n%s\nTARGET:\n%s", src.log, tgt.log)
-			}
-			secs := time.Since(start).Seconds()
-			wait.For(b, time.Minute, func() bool { return strings.Contains(src.log.String(), "status=completed") }, "the source to complete")
-			m := offlineRx.FindStringSubmatch(src.log.String())
-			if m == nil {
-				b.Fatalf("no offline time in the source's log\n%s", src.log)
-			}
-			want, err := tree.Snapshot(dir)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got, err := tree.Snapshot(filepath.Join(tgt.Config.System.Data, id))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				b.Fatalf("tree differs (-source +target):\n%s", diff)
-			}
-			mode := "shared repository (live by manifest)"
-			if !same {
-				mode = "different repositories (live, version 4)"
-			}
-			if same != strings.Contains(src.log.String(), "live transfer by manifest") {
-				b.Fatalf("%s: the source's log does not say so\n%s", mode, src.log)
-			}
-			server := float64(treeMB<<20) * 1.02
-			b.Logf("%s: node-to-node %d bytes (%.3f %% of the server), written to the bucket %.1f MiB, wall %.1f s, offline %s ms",
-				mode, sent.Load(), 100*float64(sent.Load())/server, float64(putBytes.Load()-put0)/(1<<20), secs, m[1])
 		}
 	}
 }

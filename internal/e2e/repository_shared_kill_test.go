@@ -40,12 +40,14 @@ type holdS3 struct {
 	held  chan struct{}
 	once  sync.Once
 	done  chan struct{}
+	rel   chan struct{} // closed by release: held requests answer 503
+	relo  sync.Once
 }
 
 func newHoldS3(t *testing.T, target string) *holdS3 {
 	t.Helper()
 	up, _ := url.Parse(target)
-	h := &holdS3{held: make(chan struct{}), done: make(chan struct{})}
+	h := &holdS3{held: make(chan struct{}), done: make(chan struct{}), rel: make(chan struct{})}
 	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(up)
 		pr.Out.Host = pr.In.Host // signed
@@ -59,6 +61,7 @@ func newHoldS3(t *testing.T, target string) *holdS3 {
 			select {
 			case <-r.Context().Done():
 			case <-h.done:
+			case <-h.rel:
 			}
 			http.Error(w, "<Error><Code>ServiceUnavailable</Code></Error>", http.StatusServiceUnavailable)
 			return
@@ -78,6 +81,12 @@ func (h *holdS3) arm(match func(*http.Request) bool) {
 	h.mu.Lock()
 	h.match = match
 	h.mu.Unlock()
+}
+
+// release answers the requests held (503) and holds no more.
+func (h *holdS3) release() {
+	h.arm(nil)
+	h.relo.Do(func() { close(h.rel) })
 }
 
 // killNode is a node of a shared repository (in-memory runtime) reaching
@@ -277,6 +286,18 @@ func sharedKill9(t *testing.T, store *objectstore.Store, step string, victimFirs
 	survivor.checkDownload(t, s1, wantS)
 }
 
+// packBytes is the bytes of the repository's packs in the bucket.
+func (r *s3Repo) packBytes(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for k, size := range r.objects(t) {
+		if strings.HasPrefix(k, r.prefix+"packs/") {
+			n += size
+		}
+	}
+	return n
+}
+
 // waitHeld waits until the proxy holds a request of the victim.
 func waitHeld(t *testing.T, h *holdS3, victim *s3Repo) {
 	t.Helper()
@@ -303,21 +324,28 @@ func waitHeld(t *testing.T, h *holdS3, victim *s3Repo) {
 // source has no answer; no snapshot manifest).
 func TestRepositorySharedKill9DuringTransferByManifest(t *testing.T) {
 	store := objectstore.StartOrSkip(t)
-	for _, victim := range []string{"target", "source"} {
+	for _, victim := range []string{"target", "source", "source-while-target-reads"} {
 		t.Run("kill-"+victim, func(t *testing.T) { transferKill9(t, store, victim) })
 	}
 }
 
 func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
 	id := "7a00003b-0000-4000-8000-00000000003b"
-	if victimName == "source" {
+	// The node whose requests the proxy holds: the victim, but for a
+	// source killed while the target reads the snapshot (the target's
+	// reads are held).
+	heldName := victimName
+	switch victimName {
+	case "source":
 		id = "7a00003c-0000-4000-8000-00000000003c"
+	case "source-while-target-reads":
+		id, heldName = "7a00003d-0000-4000-8000-00000000003d", "target"
 	}
 	hold := newHoldS3(t, store.URL)
 	prefix := "killx36-" + newBackupID()[:8] + "/"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
 		endpoint := store.URL
-		if name == victimName {
+		if name == heldName {
 			endpoint = hold.URL
 		}
 		cfg.Debug = true
@@ -331,7 +359,7 @@ func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
 	})
 	repo := &s3Repo{store: store, prefix: prefix}
 	victim, survivor := c.Target, c.Source
-	if victimName == "source" {
+	if victimName != "target" {
 		victim, survivor = c.Source, c.Target
 	}
 	fill(t, c.Source, id, 16<<20)
@@ -340,7 +368,7 @@ func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
 	atBackup := relTree(t, c.Source.dataDir(id))
 	writeFiles(t, c.Source.dataDir(id), map[string]string{"changed/after-backup.bin": randomBytes(1 << 20)})
 
-	if victimName == "target" {
+	if heldName == "target" {
 		hold.arm(func(r *http.Request) bool {
 			return r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/packs/")
 		})
@@ -373,9 +401,18 @@ func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
 	if victimName == "source" && snapshots() > 0 {
 		t.Fatal("the control: the snapshot's manifest is stored before the kill")
 	}
+	// The control of the source killed while the target reads: its
+	// snapshot's manifest is in the bucket (the target read it).
+	var packsAtKill int64
+	if victimName == "source-while-target-reads" {
+		if snapshots() != 1 {
+			t.Fatalf("the control: %d transfer snapshots in the bucket at the kill, want 1", snapshots())
+		}
+		packsAtKill = repo.packBytes(t)
+	}
 	killedAt := len(survivor.log.String())
 	victim.kill9()
-	hold.arm(nil)
+	hold.release()
 
 	if victimName == "target" {
 		c.waitReports(c.Source, id, []string{"failure"}, 60*time.Second)
@@ -397,6 +434,18 @@ func transferKill9(t *testing.T, store *objectstore.Store, victimName string) {
 	victim.restart()
 	if victimName == "target" {
 		c.Target.assertGone(id)
+	}
+	if victimName == "source-while-target-reads" {
+		// The rule (docs/backup-repository.md "Transfer snapshots of a
+		// transfer that is over"): no transfer holds the snapshot any
+		// more, so the restarted source's collection (at boot, once no
+		// other node holds a lease) deletes it, and the space of the
+		// chunks only it named (the 1 MiB changed since the backup) comes
+		// back.
+		wait.For(t, 90*time.Second, func() bool { return snapshots() == 0 },
+			"the stale transfer snapshot to leave the bucket\nSOURCE:\n%s\nTARGET:\n%s", c.Source.log, c.Target.log)
+		wait.For(t, 60*time.Second, func() bool { return packsAtKill-repo.packBytes(t) >= 900<<10 },
+			"the snapshot's own chunks to leave the bucket (packs at the kill: %d bytes, now %d)", packsAtKill, repo.packBytes(t))
 	}
 	// The source's backup restores exactly, and the transfer goes again.
 	if res, body := c.Source.request("POST", "/api/servers/"+id+"/backup/"+b1+"/restore", map[string]any{"adapter": "wings", "truncate_directory": true}, ""); res.StatusCode != 202 {

@@ -144,6 +144,12 @@ func (svc *Service) sendSnapshot(t *Transfer, s *server.Server, url, token, repo
 	if err != nil {
 		return err
 	}
+	// A source whose lease lapsed may have had its snapshot collected by
+	// another node: it fails rather than name it (docs/backup-repository.md
+	// "Transfer snapshots of a transfer that is over").
+	if err := svc.opts.Backups.TransferSnapshotValid(t.server, name); err != nil {
+		return err
+	}
 	tl.msg("Sending the snapshot's name to destination...")
 	ref, _ := json.Marshal(snapshotRef{Repository: repo, Snapshot: name})
 	err = pushForm(t.ctx, svc.opts.Client, url, token, func(mw *multipart.Writer) error {

@@ -92,6 +92,11 @@ func (svc *Service) writeLiveSnapshot(ctx context.Context, s *server.Server, ls 
 	if err != nil {
 		return snap, err
 	}
+	// As the stopped transfer by manifest: never name a snapshot another
+	// node may have collected while this node's lease had lapsed.
+	if err := svc.opts.Backups.TransferSnapshotValid(s.UUID(), snap.name); err != nil {
+		return snap, err
+	}
 	snap.seeds = make([]string, 0, len(seen))
 	var bytes int64
 	for rel, e := range seen {
