@@ -90,7 +90,14 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 		err = x.zip(ctx, src, fi.Size())
 	case archives.CompressedArchive:
 		if gz, ok := f.Compression.(archives.Gz); ok {
-			gz.Multithreaded = true
+			// One goroutine inflates and writes (klauspost's gzip, as
+			// Wings'): pgzip's read-ahead goroutine handed every block
+			// across threads, and each long create or mkdir of the
+			// extraction made the runtime hand its processor over (futex
+			// wake-ups, sysmon polling every 20 µs), which cost more CPU
+			// than the overlap gained on a busy node (docs/benchmarks.md,
+			// "Decompress at Wings' pace").
+			gz.Multithreaded = false
 			f.Compression = gz
 		}
 		if f.Extraction == nil {
@@ -492,7 +499,7 @@ func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime t
 	if err != nil {
 		return x.skipDenied(err)
 	}
-	n, err := io.Copy(budgetWriter{w, x.budget}, readOnly{r})
+	n, err := dirs.copy(budgetWriter{w, x.budget}, r)
 	if err == nil && !mtime.IsZero() {
 		err = w.SetTimes(mtime, mtime)
 	}
@@ -532,11 +539,63 @@ func (x *extraction) create(dirs *dirCache, dir, name string, perm fs.FileMode) 
 
 // dirCache holds the directory the last file was created in open, for the
 // next one: archives list the files of a directory together. One goroutine
-// uses it; it holds one descriptor at most.
+// uses it; it holds one descriptor at most, and that goroutine's copy
+// buffer.
 type dirCache struct {
 	name string
 	d    *sandbox.Dir
-	bad  bool // name could not be opened as a Dir
+	bad  bool   // name could not be opened as a Dir
+	buf  []byte // copyBuffer bytes, made on first use and kept by close
+}
+
+// copyBuffer is the size of the writes of an extracted file's data: a
+// buffer filled before each write, one per goroutine for the whole
+// extraction (io.Copy made a new 32 KiB one per file, the garbage of a
+// whole tree's size, and wrote each decoder's read as it came, often a few
+// KiB).
+const copyBuffer = 256 << 10
+
+// copy writes r to w through the buffer, each write but the last a full
+// one, and returns the bytes written.
+func (c *dirCache) copy(w io.Writer, r io.Reader) (int64, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, copyBuffer)
+	}
+	var n int64
+	for {
+		m, rerr := fill(r, c.buf)
+		if m > 0 {
+			k, werr := w.Write(c.buf[:m])
+			n += int64(k)
+			if werr != nil {
+				return n, werr
+			}
+			if k < m {
+				return n, io.ErrShortWrite
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// fill reads into p until it is full or r ends (io.EOF) or fails (any
+// other error, as r gave it: a truncated archive's io.ErrUnexpectedEOF
+// stays an error).
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (c *dirCache) open(fsys *sandbox.FS, name string) *sandbox.Dir {
@@ -554,7 +613,7 @@ func (c *dirCache) close() {
 	if c.d != nil {
 		_ = c.d.Close()
 	}
-	*c = dirCache{}
+	*c = dirCache{buf: c.buf}
 }
 
 func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
