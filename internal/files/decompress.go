@@ -85,12 +85,26 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 	}
 	x := &extraction{m: m, root: root, journal: journal, budget: b, links: map[string]bool{}, known: map[string]bool{}, made: map[string]bool{}}
 	defer x.seq.close()
+	if _, ok := format.(archives.Zip); !ok {
+		// The sequential formats create their directories and files
+		// through a stack of the directories on the way (see dirCache).
+		if st, err := m.FS.NewDirStack(); err == nil {
+			x.seq.stack = st
+		}
+	}
 	switch f := format.(type) {
 	case archives.Zip:
 		err = x.zip(ctx, src, fi.Size())
 	case archives.CompressedArchive:
 		if gz, ok := f.Compression.(archives.Gz); ok {
-			gz.Multithreaded = true
+			// One goroutine inflates and writes (klauspost's gzip, as
+			// Wings'): pgzip's read-ahead goroutine handed every block
+			// across threads, and each long create or mkdir of the
+			// extraction made the runtime hand its processor over (futex
+			// wake-ups, sysmon polling every 20 µs), which cost more CPU
+			// than the overlap gained on a busy node (docs/benchmarks.md,
+			// "Decompress at Wings' pace").
+			gz.Multithreaded = false
 			f.Compression = gz
 		}
 		if f.Extraction == nil {
@@ -206,7 +220,7 @@ func (x *extraction) zipEntry(dirs *dirCache, f *zip.File, rel string) error {
 	name := join(x.root, rel)
 	mode := f.Mode()
 	if mode.IsDir() {
-		if err := x.mkdirs(name); err != nil {
+		if err := x.mkdirs(dirs, name); err != nil {
 			return x.skipDenied(err)
 		}
 		x.mu.Lock()
@@ -342,7 +356,7 @@ func (x *extraction) entry(ctx context.Context, f archives.FileInfo) error {
 	}
 	switch {
 	case mode.IsDir():
-		if err := x.mkdirs(name); err != nil {
+		if err := x.mkdirs(&x.seq, name); err != nil {
 			return x.skipDenied(err)
 		}
 		x.mu.Lock()
@@ -383,8 +397,9 @@ func (x *extraction) skipDenied(err error) error {
 // whose parent this extraction made is taken as missing without a look
 // (archives list a directory's entries after it), and only the missing
 // ones are made: a new directory costs one mkdir, where MkdirAll would try
-// (and resolve from the root) every level of its path again.
-func (x *extraction) mkdirs(name string) error {
+// (and resolve from the root) every level of its path again; made through
+// its parent held open when dirs has a stack (see mkdir).
+func (x *extraction) mkdirs(dirs *dirCache, name string) error {
 	c := strings.TrimPrefix(path.Clean("/"+name), "/")
 	if c == "" || x.isKnown(c) {
 		return nil
@@ -419,7 +434,7 @@ func (x *extraction) mkdirs(name string) error {
 			return err
 		}
 		x.budget.ensure(entryMargin)
-		err := x.m.FS.Mkdir(p, 0o755)
+		err := x.mkdir(dirs, p)
 		if err == nil {
 			made = append(made, p)
 		} else if !x.isDir(err, p) {
@@ -436,6 +451,22 @@ func (x *extraction) mkdirs(name string) error {
 		x.known[p] = true
 	}
 	return nil
+}
+
+// mkdir makes the directory p (cleaned, relative to the root) with mode
+// 0755: through its parent on the directory stack of the sequential
+// formats (one mkdirat, the parent usually open already since the archive
+// listed it just before), else, or when the parent cannot be entered that
+// way (an in-root link on the way), through the root. The path limits are
+// those of FS.Mkdir.
+func (x *extraction) mkdir(dirs *dirCache, p string) error {
+	if _, err := sandbox.CleanName(p); err != nil {
+		return x.m.FS.Mkdir(p, 0o755) // the sandbox's own refusal
+	}
+	if d := dirs.enter(path.Dir(p)); d != nil {
+		return d.Mkdir(path.Base(p), 0o755)
+	}
+	return x.m.FS.Mkdir(p, 0o755)
 }
 
 func (x *extraction) madeDir(p string) bool {
@@ -478,7 +509,7 @@ func (x *extraction) clear(name string) error {
 
 func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime time.Time, r io.Reader) error {
 	dir := path.Dir("/" + name)
-	if err := x.mkdirs(dir); err != nil {
+	if err := x.mkdirs(dirs, dir); err != nil {
 		return x.skipDenied(err)
 	}
 	if perm == 0 {
@@ -492,7 +523,7 @@ func (x *extraction) file(dirs *dirCache, name string, perm fs.FileMode, mtime t
 	if err != nil {
 		return x.skipDenied(err)
 	}
-	n, err := io.Copy(budgetWriter{w, x.budget}, readOnly{r})
+	n, err := dirs.copy(budgetWriter{w, x.budget}, r)
 	if err == nil && !mtime.IsZero() {
 		err = w.SetTimes(mtime, mtime)
 	}
@@ -532,29 +563,129 @@ func (x *extraction) create(dirs *dirCache, dir, name string, perm fs.FileMode) 
 
 // dirCache holds the directory the last file was created in open, for the
 // next one: archives list the files of a directory together. One goroutine
-// uses it; it holds one descriptor at most.
+// uses it; it holds one descriptor at most, and that goroutine's copy
+// buffer.
+//
+// With a stack (the sequential formats: tar, in the order its writer
+// walked the tree), it holds the directories from the root down to the
+// last one entered instead (sandbox.DirStack): the next entry's directory
+// is usually that one, its parent or a child, reached by one openat from
+// a held level where OpenDir walked from the root (and read the
+// directory's name back from /proc) at each change of directory, and a
+// missing directory is made by one mkdirat in its parent. A level is never
+// entered through a symbolic link: a directory reached through an in-root
+// link is not entered (nil), and the caller takes the general path through
+// the root, which follows it, as OpenDir's refusal did.
 type dirCache struct {
-	name string
-	d    *sandbox.Dir
-	bad  bool // name could not be opened as a Dir
+	name  string
+	d     *sandbox.Dir
+	bad   bool   // name could not be opened as a Dir
+	buf   []byte // copyBuffer bytes, made on first use and kept by close
+	stack *sandbox.DirStack
+}
+
+// enter is open for a name cleaned relative to the root ("." the root).
+func (c *dirCache) enter(rel string) *sandbox.Dir {
+	if c == nil || c.stack == nil {
+		return nil
+	}
+	if c.bad && c.name == rel {
+		return nil
+	}
+	d, err := c.stack.Enter(rel, false)
+	c.name, c.bad = rel, err != nil
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+// copyBuffer is the size of the writes of an extracted file's data: a
+// buffer filled before each write, one per goroutine for the whole
+// extraction (io.Copy made a new 32 KiB one per file, the garbage of a
+// whole tree's size, and wrote each decoder's read as it came, often a few
+// KiB).
+const copyBuffer = 256 << 10
+
+// copy writes r to w through the buffer, each write but the last a full
+// one, and returns the bytes written.
+func (c *dirCache) copy(w io.Writer, r io.Reader) (int64, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, copyBuffer)
+	}
+	var n int64
+	for {
+		m, rerr := fill(r, c.buf)
+		if m > 0 {
+			k, werr := w.Write(c.buf[:m])
+			n += int64(k)
+			if werr != nil {
+				return n, werr
+			}
+			if k < m {
+				return n, io.ErrShortWrite
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}
+
+// fill reads into p until it is full or r ends (io.EOF) or fails (any
+// other error, as r gave it: a truncated archive's io.ErrUnexpectedEOF
+// stays an error).
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (c *dirCache) open(fsys *sandbox.FS, name string) *sandbox.Dir {
+	if c.stack != nil {
+		rel := strings.TrimPrefix(path.Clean("/"+name), "/")
+		if rel == "" {
+			rel = "."
+		}
+		if _, err := sandbox.CleanName(rel); err != nil {
+			return nil // refused on the general path, as by OpenDir
+		}
+		return c.enter(rel)
+	}
 	if c.name == name && (c.d != nil || c.bad) {
 		return c.d
 	}
-	c.close()
+	c.drop()
 	c.name = name
 	d, err := fsys.OpenDir(name)
 	c.d, c.bad = d, err != nil
 	return d
 }
 
-func (c *dirCache) close() {
+// drop closes the directory held open (not a stack's).
+func (c *dirCache) drop() {
 	if c.d != nil {
 		_ = c.d.Close()
 	}
-	*c = dirCache{}
+	c.name, c.d, c.bad = "", nil, false
+}
+
+// close closes what c holds, and keeps its buffer.
+func (c *dirCache) close() {
+	c.drop()
+	if c.stack != nil {
+		c.stack.Close()
+	}
+	*c = dirCache{buf: c.buf}
 }
 
 func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
@@ -576,7 +707,7 @@ func (x *extraction) symlink(rel, name string, f archives.FileInfo) error {
 		x.skip()
 		return nil
 	}
-	if err := x.mkdirs(path.Dir("/" + name)); err != nil {
+	if err := x.mkdirs(&x.seq, path.Dir("/"+name)); err != nil {
 		return x.skipDenied(err)
 	}
 	if err := x.clear(name); err != nil {
@@ -666,8 +797,7 @@ func (x *extraction) rollback() {
 // finishDirs applies the directories' modes and times, deepest last
 // written first, once their contents are in place.
 func (x *extraction) finishDirs() {
-	var parents dirCache
-	defer parents.close()
+	parents := &x.seq
 	for i := len(x.dirs) - 1; i >= 0; i-- {
 		d := x.dirs[i]
 		c := strings.TrimPrefix(path.Clean("/"+d.name), "/")

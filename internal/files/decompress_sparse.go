@@ -82,7 +82,7 @@ func (x *extraction) sparseEntry(name string, perm fs.FileMode, mtime time.Time,
 // the file to size.
 func (x *extraction) sparseFile(name string, perm fs.FileMode, mtime time.Time, size int64, frags []archive.SparseFragment) error {
 	dir := path.Dir("/" + name)
-	if err := x.mkdirs(dir); err != nil {
+	if err := x.mkdirs(&x.seq, dir); err != nil {
 		return x.skipDenied(err)
 	}
 	if perm == 0 {
