@@ -29,6 +29,8 @@ var varAllowlist = map[string]string{
 		"(built from constants), the same in every daemon",
 	"internal/devimage.buildMu": "serialises builds of the development image in one process: the engine's image " +
 		"store it guards is process-wide itself",
+	"internal/devimage.built": "the tags this process built, guarded by buildMu: a cache of the engine's image store, " +
+		"which is process-wide itself",
 	"internal/testutil/portprobe.out": "a test program's output lock (a main package run in a container)",
 	"internal/testutil/tree.Mtime":    "a fixed timestamp of the test trees, never assigned",
 }
@@ -83,6 +85,7 @@ func mutableKind(t types.Type) string {
 func packageVars(src *source) (bad, stale []string) {
 	seen := map[string]bool{}
 	for _, p := range src.pkgs {
+		written := writtenVars(p)
 		for _, f := range p.files {
 			for _, d := range f.Decls {
 				g, ok := d.(*ast.GenDecl)
@@ -100,6 +103,9 @@ func packageVars(src *source) (bad, stale []string) {
 						}
 						key := p.path + "." + name.Name
 						why := mutableKind(obj.Type())
+						if why == "" && written[obj] {
+							why = "a table that the package's code writes to (state, not a table)"
+						}
 						if why == "" {
 							continue
 						}
@@ -134,4 +140,49 @@ func TestNoPackageLevelState(t *testing.T) {
 	if len(bad) > 0 {
 		t.Logf("%d package-level variables of a mutable type", len(bad))
 	}
+}
+
+// writtenVars is every variable that the package's functions assign to,
+// change an element of (x[k] = v, x[i]++), or empty (delete, clear): a
+// package-level map, slice or array is a read-only table unless it is in
+// this set.
+func writtenVars(p *srcPkg) map[types.Object]bool {
+	out := map[types.Object]bool{}
+	mark := func(e ast.Expr) {
+		for {
+			switch x := e.(type) {
+			case *ast.ParenExpr:
+				e = x.X
+				continue
+			case *ast.IndexExpr:
+				e = x.X
+				continue
+			case *ast.Ident:
+				if obj := p.info.Uses[x]; obj != nil {
+					out[obj] = true
+				}
+			}
+			return
+		}
+	}
+	for _, f := range p.files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.AssignStmt:
+				for _, l := range x.Lhs {
+					mark(l)
+				}
+			case *ast.IncDecStmt:
+				mark(x.X)
+			case *ast.CallExpr:
+				if id, ok := x.Fun.(*ast.Ident); ok && len(x.Args) > 0 {
+					if _, builtin := p.info.Uses[id].(*types.Builtin); builtin && (id.Name == "delete" || id.Name == "clear") {
+						mark(x.Args[0])
+					}
+				}
+			}
+			return true
+		})
+	}
+	return out
 }
