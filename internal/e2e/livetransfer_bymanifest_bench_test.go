@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -87,21 +86,7 @@ func BenchmarkLiveTransferByManifest(b *testing.B) {
 					_, _ = testimages.Client(b).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 				})
 				p, src, tgt := benchLiveSharedCluster(b, id, store, s3URL, same)
-				dir := filepath.Join(src.Config.System.Data, id)
-				incompressible(b, dir, treeMB<<20)
-				backupID := newBackupID()
-				res, body := src.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-				if res.StatusCode != 202 {
-					b.Fatalf("backup: %d %s", res.StatusCode, body)
-				}
-				if call, ok := p.WaitForCall("POST", "/backups/"+backupID, 10*time.Minute); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-					b.Fatalf("the backup failed\n%s", src.log)
-				}
-				change := make([]byte, treeMB<<20/50)
-				_, _ = rand.Read(change)
-				if err := os.WriteFile(filepath.Join(dir, "day.bin"), change, 0o644); err != nil {
-					b.Fatal(err)
-				}
+				dir := backedUpThenChanged(b, p, src, id, treeMB)
 				src.power(id, "start")
 				// Its first start sets the permissions of the 1 GiB first: a
 				// while on a busy machine.
@@ -113,7 +98,7 @@ func BenchmarkLiveTransferByManifest(b *testing.B) {
 				}
 				put0 := putBytes.Load()
 				start := time.Now()
-				res, body = src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
+				res, body := src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
 				if res.StatusCode != 202 {
 					b.Fatalf("transfer: %d %s", res.StatusCode, body)
 				}

@@ -127,21 +127,7 @@ func BenchmarkTransferByManifest(b *testing.B) {
 					_, _ = testimages.Client(b).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 				})
 				p, src, tgt := benchSharedCluster(b, id, store, s3URL, same)
-				dir := filepath.Join(src.Config.System.Data, id)
-				incompressible(b, dir, treeMB<<20)
-				backupID := newBackupID()
-				res, body := src.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
-				if res.StatusCode != 202 {
-					b.Fatalf("backup: %d %s", res.StatusCode, body)
-				}
-				if call, ok := p.WaitForCall("POST", "/backups/"+backupID, 10*time.Minute); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
-					b.Fatalf("the backup failed\n%s", src.log)
-				}
-				change := make([]byte, treeMB<<20/50)
-				_, _ = rand.Read(change)
-				if err := os.WriteFile(filepath.Join(dir, "day.bin"), change, 0o644); err != nil {
-					b.Fatal(err)
-				}
+				dir := backedUpThenChanged(b, p, src, id, treeMB)
 				want, err := tree.Snapshot(dir)
 				if err != nil {
 					b.Fatal(err)
@@ -153,7 +139,7 @@ func BenchmarkTransferByManifest(b *testing.B) {
 				}
 				put0 := putBytes.Load()
 				start := time.Now()
-				res, body = src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
+				res, body := src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
 				if res.StatusCode != 202 {
 					b.Fatalf("transfer: %d %s", res.StatusCode, body)
 				}
@@ -179,4 +165,28 @@ func BenchmarkTransferByManifest(b *testing.B) {
 			}
 		}
 	}
+}
+
+// backedUpThenChanged fills the server id's directory on src with treeMB
+// MiB of incompressible files, backs it up and waits for the panel to hear
+// of the backup's success, then adds a file of 2 % of that size (the day's
+// change of the issue 36 benchmarks); it returns the directory.
+func backedUpThenChanged(b *testing.B, p *devpanel.Panel, src *node, id string, treeMB int64) string {
+	b.Helper()
+	dir := filepath.Join(src.Config.System.Data, id)
+	incompressible(b, dir, treeMB<<20)
+	backupID := newBackupID()
+	res, body := src.request("POST", "/api/servers/"+id+"/backup", map[string]any{"adapter": "wings", "uuid": backupID, "ignore": ""}, "")
+	if res.StatusCode != 202 {
+		b.Fatalf("backup: %d %s", res.StatusCode, body)
+	}
+	if call, ok := p.WaitForCall("POST", "/backups/"+backupID, 10*time.Minute); !ok || !strings.Contains(string(call.Body), `"successful":true`) {
+		b.Fatalf("the backup failed\n%s", src.log)
+	}
+	change := make([]byte, treeMB<<20/50)
+	_, _ = rand.Read(change)
+	if err := os.WriteFile(filepath.Join(dir, "day.bin"), change, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir
 }
