@@ -389,6 +389,7 @@ func TestBackupRestoreRefusesLoopbackWithoutAllowlist(t *testing.T) {
 func TestBackupRestoreWriteLimitAndPowerRefused(t *testing.T) {
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
+	removeContainersAtCleanup(t, backupServer) // it starts the server: leave no container behind
 	n := startNode(t, nodeOptions{
 		servers: []devpanel.Server{gameServer(backupServer)},
 		mutate:  func(c *config.Config) { c.System.Backups.WriteLimit = 10; c.System.Backups.CompressionLevel = "none" },
