@@ -21,7 +21,6 @@ import (
 	"github.com/wharf/wharf/internal/testutil/testimages"
 	"github.com/wharf/wharf/internal/testutil/tree"
 	"github.com/wharf/wharf/internal/testutil/wait"
-	"github.com/wharf/wharf/internal/tokens"
 )
 
 // benchLiveSharedCluster is benchSharedCluster with live transfers on.
@@ -92,21 +91,8 @@ func BenchmarkLiveTransferByManifest(b *testing.B) {
 				// while on a busy machine.
 				wait.For(b, 10*time.Minute, func() bool { return src.details(id)["state"] == "running" }, "the server to run")
 				proxy, sent := benchLinkProxy(b, tgt.URL, mbit)
-				jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
-				if err != nil {
-					b.Fatal(err)
-				}
 				put0 := putBytes.Load()
-				start := time.Now()
-				res, body := src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
-				if res.StatusCode != 202 {
-					b.Fatalf("transfer: %d %s", res.StatusCode, body)
-				}
-				if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 10*time.Minute); !ok {
-					b.Fatalf("no success reported\nSOURCE:\n%s\nTARGET:\n%s", src.log, tgt.log)
-				}
-				secs := time.Since(start).Seconds()
-				wait.For(b, time.Minute, func() bool { return strings.Contains(src.log.String(), "status=completed") }, "the source to complete")
+				secs := transferTimed(b, p, src, tgt, id, proxy)
 				m := offlineRx.FindStringSubmatch(src.log.String())
 				if m == nil {
 					b.Fatalf("no offline time in the source's log\n%s", src.log)

@@ -133,21 +133,8 @@ func BenchmarkTransferByManifest(b *testing.B) {
 					b.Fatal(err)
 				}
 				proxy, sent := benchLinkProxy(b, tgt.URL, mbit)
-				jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
-				if err != nil {
-					b.Fatal(err)
-				}
 				put0 := putBytes.Load()
-				start := time.Now()
-				res, body := src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
-				if res.StatusCode != 202 {
-					b.Fatalf("transfer: %d %s", res.StatusCode, body)
-				}
-				if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 10*time.Minute); !ok {
-					b.Fatalf("no success reported\nSOURCE:\n%s\nTARGET:\n%s", src.log, tgt.log)
-				}
-				secs := time.Since(start).Seconds()
-				wait.For(b, time.Minute, func() bool { return strings.Contains(src.log.String(), "status=completed") }, "the source to complete")
+				secs := transferTimed(b, p, src, tgt, id, proxy)
 				got, err := tree.Snapshot(filepath.Join(tgt.Config.System.Data, id))
 				if err != nil {
 					b.Fatal(err)
@@ -189,4 +176,26 @@ func backedUpThenChanged(b *testing.B, p *devpanel.Panel, src *node, id string, 
 		b.Fatal(err)
 	}
 	return dir
+}
+
+// transferTimed asks src to transfer server id to the target behind proxy,
+// waits for the panel to hear of the success and for the source to
+// complete, and returns the seconds from the request to the success.
+func transferTimed(b *testing.B, p *devpanel.Panel, src, tgt *node, id, proxy string) float64 {
+	b.Helper()
+	jwt, err := tokens.Sign([]byte(clusterToken), map[string]any{"sub": id, "exp": time.Now().Add(time.Hour).Unix()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	res, body := src.request("POST", "/api/servers/"+id+"/transfer", map[string]any{"url": proxy + "/api/transfers", "token": "Bearer " + jwt}, "")
+	if res.StatusCode != 202 {
+		b.Fatalf("transfer: %d %s", res.StatusCode, body)
+	}
+	if _, ok := p.WaitForCall("POST", "/servers/"+id+"/transfer/success", 10*time.Minute); !ok {
+		b.Fatalf("no success reported\nSOURCE:\n%s\nTARGET:\n%s", src.log, tgt.log)
+	}
+	secs := time.Since(start).Seconds()
+	wait.For(b, time.Minute, func() bool { return strings.Contains(src.log.String(), "status=completed") }, "the source to complete")
+	return secs
 }
