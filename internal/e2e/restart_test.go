@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -218,7 +219,12 @@ func TestRestartRequestBeforeReattach(t *testing.T) {
 	n.stop()
 	n.restart()
 	if st := n.details(s.UUID)["state"]; st != "running" {
-		t.Fatalf("state right after the boot: %v", st)
+		c, err := engineInspect(context.Background(), testimages.Client(t), s.UUID)
+		engine := fmt.Sprintf("inspect error %v", err)
+		if err == nil && c.State != nil {
+			engine = fmt.Sprintf("%s (exit %d, OOM killed %v, finished %s)", c.State.Status, c.State.ExitCode, c.State.OOMKilled, c.State.FinishedAt)
+		}
+		t.Fatalf("state right after the boot: %v; the engine says the container is %s\ndaemon log:\n%s", st, engine, n.log)
 	}
 	n.command(s.UUID, "echo right-after-boot")
 	n.power(s.UUID, "stop")

@@ -216,6 +216,16 @@ func (s *Server) start(ctx context.Context) error {
 		return ErrRunning
 	}
 	if err := s.startContainer(ctx, def); err != nil {
+		if s.ctx.Err() != nil {
+			// The daemon is shutting down (or the server is being
+			// deleted, which removes its container): containers outlive
+			// the daemon, also one whose start the engine had not
+			// confirmed yet (the game may already run: its done line can
+			// come before the engine's answer). The state stays as it
+			// is; the next boot re-attaches a container that runs and
+			// starts one that does not, as for any server saved starting.
+			return err
+		}
 		s.expectedExit.Store(true)
 		s.detach()
 		// The engine may have started the container although the call

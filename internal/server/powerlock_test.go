@@ -292,3 +292,24 @@ func TestReinstallStopsThroughThePowerLock(t *testing.T) {
 	}
 	wait.For(t, 10*time.Second, func() bool { return !s.IsInstalling() }, "the install to end")
 }
+
+// A daemon shutdown while the engine has not yet confirmed a start leaves
+// the container alone: under load the game can run (and print its done
+// line) before the engine answers, and the shutdown's cancellation used to
+// make the start fail and kill it (e2e TestRestartRequestBeforeReattach
+// failed with the container exited 137). A kill still ends such a start:
+// TestPowerKillCancelsTheHolder.
+func TestShutdownDuringStartLeavesTheContainer(t *testing.T) {
+	e, s := newFakeEnv(t, runtimetest.Process{StartGate: make(chan struct{})})
+	if err := s.PowerAsync(PowerStart, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCalls("start "+s.UUID(), 1)
+	e.m.Close() // the daemon's shutdown: waits for the start to return
+	if n := e.rt.Count("signal " + s.UUID() + " SIGKILL"); n != 0 {
+		t.Fatalf("the shutdown killed the container being started: %v", e.rt.Calls())
+	}
+	if st := s.State(); st != Starting {
+		t.Fatalf("state %s after a shutdown during the start, want starting (saved so; the next boot re-attaches or starts it)", st)
+	}
+}
