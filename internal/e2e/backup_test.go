@@ -24,7 +24,7 @@ import (
 	"github.com/wharf/wharf/internal/testutil/wait"
 )
 
-const backupServer = "7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+var backupServer = processID("7c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f")
 
 type backupStatus struct {
 	Checksum     string            `json:"checksum"`

@@ -60,7 +60,7 @@ func runningOn(n *node, id string) {
 // are at most 10 % of the server, the files arrive exact, the server runs
 // on the target, and the transfer snapshot leaves the bucket.
 func TestLiveTransferByManifest(t *testing.T) {
-	const id = "7a000046-0000-4000-8000-000000000046"
+	id := processID("7a000046-0000-4000-8000-000000000046")
 	store := objectstore.StartOrSkip(t)
 	base := "live36-" + newBackupID()[:8] + "/"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveShared(store,
@@ -101,7 +101,7 @@ func TestLiveTransferByManifest(t *testing.T) {
 // not the same one: today's live transfer (version 4) runs, the whole
 // server goes through the proxy, and the files arrive exact.
 func TestLiveTransferByManifestFallsBack(t *testing.T) {
-	const id = "7a000047-0000-4000-8000-000000000047"
+	id := processID("7a000047-0000-4000-8000-000000000047")
 	store := objectstore.StartOrSkip(t)
 	base := "live36f-" + newBackupID()[:8]
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveShared(store,
@@ -130,7 +130,7 @@ func TestLiveTransferByManifestFallsBack(t *testing.T) {
 // snapshot gone from the bucket). Once the bucket answers again, the same
 // transfer goes by manifest and the files arrive exact (the control).
 func TestLiveTransferByManifestBucketFails(t *testing.T) {
-	const id = "7a000048-0000-4000-8000-000000000048"
+	id := processID("7a000048-0000-4000-8000-000000000048")
 	store := objectstore.StartOrSkip(t)
 	var srcPuts, tgtPacks atomic.Bool
 	srcURL := failingS3(t, store.URL, func(r *http.Request) bool { return srcPuts.Load() && r.Method == http.MethodPut })
@@ -215,7 +215,7 @@ func countOf(xs []string, x string) int {
 // change does): today's live transfer (version 4) runs, the whole server
 // crosses, the files arrive exact.
 func TestLiveTransferByManifestOlderTarget(t *testing.T) {
-	const id = "7a000049-0000-4000-8000-000000000049"
+	id := processID("7a000049-0000-4000-8000-000000000049")
 	store := objectstore.StartOrSkip(t)
 	base := "live36o-" + newBackupID()[:8] + "/"
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, liveShared(store,

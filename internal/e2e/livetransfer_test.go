@@ -83,7 +83,7 @@ func changeWhileOnline(t *testing.T, dir string) {
 // ends with the tree as it was when the server stopped.
 func TestLiveTransferKeepsServerOnline(t *testing.T) {
 	t.Parallel() // own server UUID and nodes; mostly a throttled wait
-	const id = "7b000001-0000-4000-8000-000000000001"
+	id := processID("7b000001-0000-4000-8000-000000000001")
 	const scrapeToken = "e2e-live-scrape-token-0123456789"
 	metricsPort := freePort(t)
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, func(name string, cfg *config.Config) {
@@ -177,8 +177,8 @@ func TestLiveTransferFallsBackToClassic(t *testing.T) {
 		name, id string
 		live     []string
 	}{
-		{"target off", "7b000002-0000-4000-8000-000000000002", []string{"source"}},
-		{"classic source", "7b000003-0000-4000-8000-000000000003", []string{"target"}},
+		{"target off", processID("7b000002-0000-4000-8000-000000000002"), []string{"source"}},
+		{"classic source", processID("7b000003-0000-4000-8000-000000000003"), []string{"target"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := tc.id
@@ -241,14 +241,14 @@ func TestLiveTransferFailures(t *testing.T) {
 		phase  int
 		action string // cancel-source, cancel-target, kill-source, kill-target
 	}{
-		{"cancel on source in phase 1", "7b000011-0000-4000-8000-000000000011", 1, "cancel-source"},
-		{"cancel on target in phase 1", "7b000012-0000-4000-8000-000000000012", 1, "cancel-target"},
-		{"cancel on source in phase 2", "7b000013-0000-4000-8000-000000000013", 2, "cancel-source"},
-		{"cancel on target in phase 2", "7b000014-0000-4000-8000-000000000014", 2, "cancel-target"},
-		{"kill source in phase 1", "7b000015-0000-4000-8000-000000000015", 1, "kill-source"},
-		{"kill target in phase 1", "7b000016-0000-4000-8000-000000000016", 1, "kill-target"},
-		{"kill source in phase 2", "7b000017-0000-4000-8000-000000000017", 2, "kill-source"},
-		{"kill target in phase 2", "7b000018-0000-4000-8000-000000000018", 2, "kill-target"},
+		{"cancel on source in phase 1", processID("7b000011-0000-4000-8000-000000000011"), 1, "cancel-source"},
+		{"cancel on target in phase 1", processID("7b000012-0000-4000-8000-000000000012"), 1, "cancel-target"},
+		{"cancel on source in phase 2", processID("7b000013-0000-4000-8000-000000000013"), 2, "cancel-source"},
+		{"cancel on target in phase 2", processID("7b000014-0000-4000-8000-000000000014"), 2, "cancel-target"},
+		{"kill source in phase 1", processID("7b000015-0000-4000-8000-000000000015"), 1, "kill-source"},
+		{"kill target in phase 1", processID("7b000016-0000-4000-8000-000000000016"), 1, "kill-target"},
+		{"kill source in phase 2", processID("7b000017-0000-4000-8000-000000000017"), 2, "kill-source"},
+		{"kill target in phase 2", processID("7b000018-0000-4000-8000-000000000018"), 2, "kill-target"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each case has its own server and two nodes: most of its time
@@ -336,7 +336,7 @@ func TestLiveTransferFailures(t *testing.T) {
 // nodes speak version 4): after an install on the source, the admin's install
 // log viewer shows the install's output on the target.
 func TestLiveTransferCarriesInstallLog(t *testing.T) {
-	const id = "7b000021-0000-4000-8000-000000000021"
+	id := processID("7b000021-0000-4000-8000-000000000021")
 	s := transferServer(t, id)
 	testimages.Busybox(context.Background(), t)
 	s.InstallScript = &devpanel.InstallScript{

@@ -62,7 +62,7 @@ func (n *node) logs(uuid string) []string {
 func TestPowerStartCommandStop(t *testing.T) {
 	testimages.RequireDocker(t)
 	testimages.GameServer(context.Background(), t)
-	const id = "2b4c6d8e-0a1b-4c3d-8e5f-7a9b1c3d5e7f"
+	id := processID("2b4c6d8e-0a1b-4c3d-8e5f-7a9b1c3d5e7f")
 	removeContainersAtCleanup(t, id)
 	n := startNode(t, nodeOptions{servers: []devpanel.Server{gameServer(id)}})
 

@@ -73,3 +73,16 @@ func engineInspect(ctx context.Context, cli *client.Client, name string) (contai
 	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 	return res.Container, err
 }
+
+// processNamespace makes the tests' named servers unique to this test
+// process: containers are named after their server on the one engine every
+// suite shares, and two suites running at once (two make test, a CI run
+// beside a developer's) must not drive each other's containers (issue 38
+// §5). Generated once, read only.
+var processNamespace = uuid.New()
+
+// processID is the server UUID a test names label (a readable fixed UUID)
+// in this test process.
+func processID(label string) string {
+	return uuid.NewSHA1(processNamespace, []byte(label)).String()
+}

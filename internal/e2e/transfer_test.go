@@ -136,7 +136,7 @@ func snap(t *testing.T, dir string) map[string]string {
 }
 
 func TestTransferArrivesIdentical(t *testing.T) {
-	const id = "7a000001-0000-4000-8000-000000000001"
+	id := processID("7a000001-0000-4000-8000-000000000001")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	fill(t, c.Source, id, 8<<20)
 	want := snap(t, c.Source.dataDir(id))
@@ -223,7 +223,7 @@ func TestTransferArrivesIdentical(t *testing.T) {
 // actions refused on the source, the server queryable on the target while
 // it streams, and a second transfer of the same server refused.
 func TestTransferProgressEvery5sAndLocks(t *testing.T) {
-	const id = "7a000002-0000-4000-8000-000000000002"
+	id := processID("7a000002-0000-4000-8000-000000000002")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 13<<20)
 	c.startTransfer(id)
@@ -273,7 +273,7 @@ func TestTransferProgressEvery5sAndLocks(t *testing.T) {
 
 // A proxy between the nodes alters one byte of the checksum field.
 func TestTransferChecksumMismatch(t *testing.T) {
-	const id = "7a000003-0000-4000-8000-000000000003"
+	id := processID("7a000003-0000-4000-8000-000000000003")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	fill(t, c.Source, id, 1<<20)
 	proxy := alteringProxy(t, c.Target.URL)
@@ -295,7 +295,7 @@ func TestTransferChecksumMismatch(t *testing.T) {
 }
 
 func TestTransferCancelOnSource(t *testing.T) {
-	const id = "7a000004-0000-4000-8000-000000000004"
+	id := processID("7a000004-0000-4000-8000-000000000004")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)
 	c.startTransfer(id)
@@ -317,7 +317,7 @@ func TestTransferCancelOnSource(t *testing.T) {
 }
 
 func TestTransferCancelOnTarget(t *testing.T) {
-	const id = "7a000005-0000-4000-8000-000000000005"
+	id := processID("7a000005-0000-4000-8000-000000000005")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)
 	c.startTransfer(id)
@@ -340,7 +340,7 @@ func TestTransferCancelOnTarget(t *testing.T) {
 }
 
 func TestTransferCancelWhenNotTransferring(t *testing.T) {
-	const id = "7a000006-0000-4000-8000-000000000006"
+	id := processID("7a000006-0000-4000-8000-000000000006")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	res, body := c.Source.request("DELETE", "/api/servers/"+id+"/transfer", nil, "")
 	assertJSONError(t, res, body, 409)
@@ -359,7 +359,7 @@ func TestTransferCancelWhenNotTransferring(t *testing.T) {
 }
 
 func TestTransferRefusesOtherTokens(t *testing.T) {
-	const id = "7a000007-0000-4000-8000-000000000007"
+	id := processID("7a000007-0000-4000-8000-000000000007")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, nil)
 	exp := time.Now().Add(10 * time.Minute).Unix()
 	ws := c.Target.signURL(map[string]any{"user_uuid": "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6", "server_uuid": id, "permissions": []string{"*"}, "jti": "j", "iat": time.Now().Unix(), "exp": exp})
@@ -386,7 +386,7 @@ func TestTransferRefusesOtherTokens(t *testing.T) {
 // had received.
 func TestTransferTargetKilled(t *testing.T) {
 	t.Parallel() // own server UUID and nodes; mostly a throttled wait
-	const id = "7a000008-0000-4000-8000-000000000008"
+	id := processID("7a000008-0000-4000-8000-000000000008")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)
 	c.startTransfer(id)
@@ -417,7 +417,7 @@ func TestTransferTargetKilled(t *testing.T) {
 // the server again.
 func TestTransferSourceKilled(t *testing.T) {
 	t.Parallel() // own server UUID and nodes; mostly a throttled wait
-	const id = "7a000009-0000-4000-8000-000000000009"
+	id := processID("7a000009-0000-4000-8000-000000000009")
 	c := startCluster(t, []devpanel.Server{transferServer(t, id)}, throttled)
 	fill(t, c.Source, id, 16<<20)
 	want := snap(t, c.Source.dataDir(id))

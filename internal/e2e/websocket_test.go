@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/google/uuid"
 
 	"github.com/wharf/wharf/internal/config"
 	"github.com/wharf/wharf/internal/devpanel"
@@ -17,11 +18,19 @@ import (
 	"github.com/wharf/wharf/internal/tokens"
 )
 
+// The websocket tests' two servers are named afresh in each test process:
+// their containers are named after them on the one engine every suite
+// shares, and two suites running at once (two make test, a CI run beside
+// a developer's) drove each other's container under fixed names (issue 38
+// §5: "a console-only token changed the state to running").
+var (
+	wsServerA = uuid.NewString()
+	wsServerB = uuid.NewString()
+)
+
 const (
-	wsServerA = "3c5d7e9f-1a2b-4c3d-9e4f-5a6b7c8d9e0f"
-	wsServerB = "4d6e8f0a-2b3c-4d5e-8f6a-7b8c9d0e1f2a"
-	wsUser1   = "a1a1a1a1-0000-4000-8000-000000000001"
-	wsUser2   = "b2b2b2b2-0000-4000-8000-000000000002"
+	wsUser1 = "a1a1a1a1-0000-4000-8000-000000000001"
+	wsUser2 = "b2b2b2b2-0000-4000-8000-000000000002"
 )
 
 // startWSNode starts a node with two servers and waits until tokens minted
