@@ -283,8 +283,18 @@ func (s *Server) pollStats(ctx context.Context) {
 		s.util.DiskIO.ReadBytes = sample.DiskReadBytes
 		s.util.DiskIO.WriteBytes = sample.DiskWriteBytes
 		s.mu.Unlock()
-		s.publishStats()
+		s.publishSample()
 	}
+}
+
+// publishSample publishes the resources in order with the state changes
+// (transitions): a sample read while the server was starting is not
+// published after the status that says it runs (seen under load, the
+// panel's state going back to starting for a second).
+func (s *Server) publishSample() {
+	s.transitions.Lock()
+	defer s.transitions.Unlock()
+	s.publishStats()
 }
 
 // handleCrash decides whether to restart after the process exited on its own.
