@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -129,17 +130,22 @@ func (w *File) ReadDir(n int) ([]fs.DirEntry, error) {
 // Sync commits the file to stable storage.
 func (w *File) Sync() error { return w.ioErr("sync", w.f.Sync()) }
 
-// SetTimes sets the access and modification times of the open file (one
-// syscall on its descriptor, where Lchtimes resolves the path again).
-// Set them after the last write, which would move the mtime.
+// SetTimes sets the access and modification times of the open file: one
+// utimensat on its descriptor with no path (futimens), where unix.Futimes
+// goes through /proc/self/fd and Lchtimes resolves the path again. Set them
+// after the last write, which would move the mtime.
 func (w *File) SetTimes(atime, mtime time.Time) error {
 	rc, err := w.f.SyscallConn()
 	if err != nil {
 		return w.ioErr("chtimes", err)
 	}
-	tv := []unix.Timeval{unix.NsecToTimeval(atime.UnixNano()), unix.NsecToTimeval(mtime.UnixNano())}
+	ts := [2]unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
 	var uerr error
-	if err := rc.Control(func(fd uintptr) { uerr = unix.Futimes(int(fd), tv) }); err != nil {
+	if err := rc.Control(func(fd uintptr) {
+		if _, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts)), 0, 0, 0); e != 0 {
+			uerr = e
+		}
+	}); err != nil {
 		return w.ioErr("chtimes", err)
 	}
 	return w.ioErr("chtimes", uerr)
