@@ -305,6 +305,8 @@ func ExtractWorkerMain(ctx context.Context) error {
 	if err := isolate.Enter(); err != nil {
 		return err
 	}
+	// Entries get their archive's mode at creation, no chmod after.
+	sandbox.SetUmask(0)
 	journal := os.NewFile(3, "journal")
 	if journal == nil {
 		return errors.New("no journal descriptor")

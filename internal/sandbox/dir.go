@@ -186,7 +186,8 @@ func (d *Dir) checkDeny(op, rel, base string) error {
 // files are. Something already at base (a link included) gives an error
 // matching fs.ErrExist. When the limit is -1, it is refused (ErrNoSpace).
 //
-// It costs openat, the fcntl os.NewFile makes, fchmod, fchown when an
+// It costs openat, the fcntl os.NewFile makes, fchmod (unless SetUmask
+// made it needless), fchown when an
 // owner is configured, and the fstat that registers it for the disk
 // accounting; no check of the opened file's name (O_EXCL|O_NOFOLLOW
 // created exactly this entry of this directory, whose name was checked).
@@ -222,8 +223,10 @@ func (d *Dir) Create(base string, perm fs.FileMode) (*File, error) {
 		return nil, wrap(op, rel, oerr)
 	}
 	file := os.NewFile(uintptr(fd), rel)
-	// The umask may have removed bits of perm at creation.
-	_ = file.Chmod(perm)
+	if !umaskKept(perm) {
+		// The umask may have removed bits of perm at creation.
+		_ = file.Chmod(perm)
+	}
 	s.fchown(file)
 	w, err := s.track(file, rel, false, true)
 	if err != nil {

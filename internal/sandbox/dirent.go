@@ -128,7 +128,9 @@ func (d *Dir) Mkdir(base string, perm fs.FileMode) error {
 		}
 		// The umask may have removed bits; a link cannot be at base now
 		// unless planted since, and neither call follows one.
-		_ = fchmodNoFollow(int(dfd), base, uint32(perm))
+		if !umaskKept(perm) {
+			_ = fchmodNoFollow(int(dfd), base, uint32(perm))
+		}
 		s.fchownat(int(dfd), base)
 	}); err != nil {
 		s.release(blockSize)

@@ -38,7 +38,9 @@ func (s *state) mkdirDown(rel string, perm fs.FileMode) error {
 			return err
 		}
 		if created {
-			_ = next.Chmod(perm) // the umask may have removed bits
+			if !umaskKept(perm) {
+				_ = next.Chmod(perm) // the umask may have removed bits
+			}
 			s.fchown(next)
 		}
 		_ = cur.Close()
