@@ -2,6 +2,7 @@ package files
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +92,14 @@ func (m *Manager) decompressHere(ctx context.Context, root, file string, journal
 		if st, err := m.FS.NewDirStack(); err == nil {
 			x.seq.stack = st
 		}
+	}
+	switch format.(type) {
+	case archives.CompressedArchive, archives.Decompressor:
+		// The decompressors read through a 4 KiB bufio.Reader of their
+		// own unless given an io.ByteReader: this one reads the archive
+		// in large pieces (a read per 256 KiB, not per 8 KiB). Not for
+		// 7z and rar, which need the file itself (io.ReaderAt, io.Seeker).
+		stream = bufio.NewReaderSize(stream, readBuffer)
 	}
 	switch f := format.(type) {
 	case archives.Zip:
@@ -599,6 +608,9 @@ func (c *dirCache) enter(rel string) *sandbox.Dir {
 	}
 	return d
 }
+
+// readBuffer is the size of the reads of a sequential archive.
+const readBuffer = 256 << 10
 
 // copyBuffer is the size of the writes of an extracted file's data: a
 // buffer filled before each write, one per goroutine for the whole
