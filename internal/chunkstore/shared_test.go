@@ -40,7 +40,7 @@ func openShared(t *testing.T, dir, node string, ttl time.Duration) *Store {
 	return s
 }
 
-// crashChildLeaseTTL is the lease of the crash tests' children: short, so
+// crashChildLeaseTTL is the lease of the crash tests' nodes: short, so
 // the parent's collection soon sees a killed child's lease expire, yet
 // long enough that a renewal (every TTL/4) lands in time on a loaded CI
 // machine under the race detector (400 ms did not: ErrLeaseLost).

@@ -41,7 +41,9 @@ func hasManifest(t *testing.T, s *Store, server, name string) bool {
 // that shared chunks with it read back exactly.
 func TestStaleTransferSnapshotOfDeadNodeCollected(t *testing.T) {
 	dir := t.TempDir()
-	const ttl = 400 * time.Millisecond
+	// Long enough that the dead node's renewals land in time while it
+	// writes on a loaded machine (400 ms did not: ErrLeaseLost).
+	const ttl = crashChildLeaseTTL
 	b := openShared(t, dir, "node-b", ttl)
 	dead := openShared(t, dir, "node-dead", ttl)
 	b.SetPolicy(Policy{MaxUnusedPercent: 0})
@@ -60,19 +62,20 @@ func TestStaleTransferSnapshotOfDeadNodeCollected(t *testing.T) {
 	if _, err := dead.Write("srv", staleSnap, bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	crashLease(dead)
 	before, _ := b.Usage()
 	// The control: the snapshot is in the bucket, and the collection is
-	// deferred while the dead node's lease is live.
+	// deferred while the node's lease is live (still renewed: no timing
+	// decides this).
 	if !hasManifest(t, b, "srv", staleSnap) {
 		t.Fatal("the transfer snapshot is not in the bucket")
 	}
 	if _, err := b.GC(); !errors.Is(err, ErrGCDeferred) {
-		t.Fatalf("GC beside the dead node's live lease: %v, want deferred", err)
+		t.Fatalf("GC beside the node's live lease: %v, want deferred", err)
 	}
 	if !hasManifest(t, b, "srv", staleSnap) {
 		t.Fatal("a deferred collection deleted the transfer snapshot")
 	}
+	crashLease(dead)
 	wait.ForNoError(t, 30*time.Second, func() error {
 		_, err := b.GC()
 		return err
