@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -50,8 +51,13 @@ func (r *Runtime) EngineInfo(ctx context.Context) (EngineInfo, error) {
 
 // PruneImages removes the dangling images; the engine keeps every image a
 // container uses, stopped containers included.
+// The engine runs one prune at a time and refuses another meanwhile (409,
+// "a prune operation is already running": an operator's cron, another
+// tool): the panel's prune waits for it, then prunes what is left.
 func (r *Runtime) PruneImages(ctx context.Context) (runtime.PruneReport, error) {
-	res, err := r.cli.ImagePrune(ctx, client.ImagePruneOptions{Filters: make(client.Filters).Add("dangling", "true")})
+	res, err := whilePruneRunning(ctx, func() (client.ImagePruneResult, error) {
+		return r.cli.ImagePrune(ctx, client.ImagePruneOptions{Filters: make(client.Filters).Add("dangling", "true")})
+	})
 	if err != nil {
 		return runtime.PruneReport{}, wrap("prune images", "", err)
 	}
@@ -61,6 +67,38 @@ func (r *Runtime) PruneImages(ctx context.Context) (runtime.PruneReport, error) 
 		out.Deleted = append(out.Deleted, runtime.DeletedImage{Untagged: d.Untagged, Deleted: imageID(d.Deleted)})
 	}
 	return out, nil
+}
+
+// pruneRetry is how often a prune refused because another was running is
+// asked again, for at most pruneWait.
+const (
+	pruneRetry = 250 * time.Millisecond
+	pruneWait  = 2 * time.Minute
+)
+
+// whilePruneRunning calls prune until the engine stops refusing it for a
+// prune already running, ctx ends or pruneWait has passed.
+func whilePruneRunning[T any](ctx context.Context, prune func() (T, error)) (T, error) {
+	deadline := time.Now().Add(pruneWait)
+	for {
+		res, err := prune()
+		if err == nil || !pruneRunning(err) || time.Now().After(deadline) {
+			return res, err
+		}
+		t := time.NewTimer(pruneRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		}
+	}
+}
+
+// pruneRunning is the engine's refusal of a prune while another runs (a
+// 409 from Docker; matched by its message, which Podman shares).
+func pruneRunning(err error) bool {
+	return strings.Contains(err.Error(), "prune operation is already running")
 }
 
 // imageID is an image id as Docker spells it, "sha256:" and the digest:
