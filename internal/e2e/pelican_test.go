@@ -184,8 +184,10 @@ func TestPelicanNodeEndpoints(t *testing.T) {
 // keeps a dangling image a server's container runs on; it answers Docker's
 // prune report, as Pelican Wings (system.PruneDockerImages) and its panel's
 // PruneImagesCommand reads it. The test owns both images and asserts only
-// about them (the engine is shared).
+// about them (the engine is shared), and holds the machine's prune lock:
+// another suite's prune would remove its unused image first.
 func TestPruneRemovesOnlyUnusedDanglingImages(t *testing.T) {
+	engineWide(t, "prune")
 	s := newGameServer(t)
 	cli := testimages.Client(t)
 	ctx := context.Background()

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,4 +88,21 @@ var processNamespace = uuid.New()
 // in this test process.
 func processID(label string) string {
 	return uuid.NewSHA1(processNamespace, []byte(label)).String()
+}
+
+// engineWide holds, until the test ends, a lock that every test process of
+// this machine takes for the engine-wide operation name: an image prune
+// removes every dangling image, another suite's too, so two suites must
+// not interleave their prune tests (issue 38 §5).
+func engineWide(t *testing.T, name string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "wharf-e2e-engine-"+name+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
 }
