@@ -362,7 +362,42 @@ func (r *Runtime) Wait(ctx context.Context, name string) (runtime.State, error) 
 	case <-ctx.Done():
 		return runtime.State{}, ctx.Err()
 	}
-	return r.Inspect(ctx, name)
+	st, err := r.Inspect(ctx, name)
+	if err == nil && st.ExitCode == 137 && !st.OOMKilled && !r.eng.podman() {
+		st.OOMKilled = r.lateOOM(ctx, name, st.StartedAt)
+	}
+	return st, err
+}
+
+// oomGrace is how long after a SIGKILL exit the engine's "oom" event of the
+// container may still come. When the kernel's OOM kill and the exit race,
+// Docker can publish the exit first (0.2 s apart under load) and then
+// leaves State.OOMKilled false for good; its event log still has the oom.
+const oomGrace = time.Second
+
+// lateOOM reports whether the engine published an "oom" event for the
+// container since it started, waiting up to oomGrace for one (Podman emits
+// none on cgroup v1, and reports OOM kills in its state on v2).
+func (r *Runtime) lateOOM(ctx context.Context, name string, since time.Time) bool {
+	ctx, cancel := context.WithTimeout(ctx, oomGrace+10*time.Second)
+	defer cancel()
+	until := time.Now().Add(oomGrace)
+	opts := client.EventsListOptions{
+		Until:   fmt.Sprintf("%d.%09d", until.Unix(), until.Nanosecond()),
+		Filters: make(client.Filters).Add("type", "container").Add("container", name).Add("event", "oom"),
+	}
+	if !since.IsZero() {
+		opts.Since = fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond())
+	}
+	res := r.cli.Events(ctx, opts)
+	select {
+	case <-res.Messages:
+		return true
+	case <-res.Err: // io.EOF once until has passed, or an error: no oom seen
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Inspect returns the container's state, or runtime.ErrNotFound.
