@@ -382,7 +382,7 @@ func (s *Store) acquireLease(ctx context.Context) (func(), error) {
 func (l *leaseHolder) take(ctx context.Context, sh *sharedState) error {
 	s := l.s
 	now := time.Now()
-	if err := s.b.Put(ctx, l.name, sh.body(now)); err != nil {
+	if err := s.putLease(ctx, l.name, sh.body(now)); err != nil {
 		return fmt.Errorf("storing this node's lease on the shared repository: %w", err)
 	}
 	for {
@@ -419,6 +419,33 @@ func (l *leaseHolder) take(ctx context.Context, sh *sharedState) error {
 	l.stop, l.done = make(chan struct{}), make(chan struct{})
 	go l.renew(sh, l.stop, l.done)
 	return nil
+}
+
+// leasePutTries is how many times a lease is stored before its taking
+// fails: S3-compatible servers have transient failures no SDK retries
+// (versitygw's posix backend answers 409 ExistingObjectIsDirectory to a Put
+// whose key's directory a Delete of its neighbour removed meanwhile: seen
+// when a transfer's target took its lease as the source dropped its own).
+const leasePutTries = 3
+
+// putLease stores a lease object, trying again after a short pause.
+func (s *Store) putLease(ctx context.Context, name string, body []byte) error {
+	var err error
+	for i := range leasePutTries {
+		if i > 0 {
+			t := time.NewTimer(time.Duration(i) * 100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			}
+		}
+		if err = s.b.Put(ctx, name, body); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // renew stores the lease again every ttl/4 until stop.
@@ -480,7 +507,7 @@ func (s *Store) takeGCLease(ctx context.Context) (*leaseHolder, error) {
 	}
 	l := &leaseHolder{s: s, name: leaseName(gcPrefix, sh.node)}
 	now := time.Now()
-	if err := s.b.Put(ctx, l.name, sh.body(now)); err != nil {
+	if err := s.putLease(ctx, l.name, sh.body(now)); err != nil {
 		return nil, fmt.Errorf("storing this node's collector lease: %w", err)
 	}
 	fail := func(err error) (*leaseHolder, error) {
