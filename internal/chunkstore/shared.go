@@ -426,6 +426,9 @@ func (l *leaseHolder) take(ctx context.Context, sh *sharedState) error {
 // (versitygw's posix backend answers 409 ExistingObjectIsDirectory to a Put
 // whose key's directory a Delete of its neighbour removed meanwhile: seen
 // when a transfer's target took its lease as the source dropped its own).
+// It is here, not in the S3 backend's retryer, on purpose: that retryer
+// treats a 4xx as final for every object, and only a lease's failure ends
+// a whole backup, restore or collection at once.
 const leasePutTries = 3
 
 // putLease stores a lease object, trying again after a short pause.
